@@ -1,0 +1,51 @@
+package breaker
+
+import (
+	"context"
+	"time"
+)
+
+// Store shares a breaker's state between processes: every execution
+// environment of a fleet that names the same breaker sees one state. The
+// Breaker decides; the Store only persists, with conditional writes.
+//
+// Implementations are safe for concurrent use, honour ctx (a Breaker gives
+// each call a short timeout of its own), never hold a lock across network
+// I/O, and return errors satisfying errors.Is(err, ErrStore) for every
+// fault that is not a domain answer (ErrConflict, ErrProbeDenied). A Store
+// never panics on malformed data: it returns ErrStore.
+//
+// Package local has an in-memory Store (for tests and one-process fleets);
+// package dynamo has a DynamoDB one; package breakertest is the conformance
+// suite both pass.
+type Store interface {
+	// Load returns the shared state, override included. A breaker that was
+	// never written reads as the zero Snapshot (Closed, epoch 0).
+	Load(ctx context.Context, name string) (Snapshot, error)
+
+	// Report adds one environment's counts to the fleet window starting at
+	// window, records env as a reporter of that window, and returns the
+	// window's totals after the addition. expires is when the store may
+	// delete the window (TTL).
+	Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (Tally, error)
+
+	// Transition replaces the state with next if and only if the stored
+	// epoch is still prevEpoch (a breaker that was never written has epoch
+	// 0). next.Epoch must be prevEpoch+1. It leaves the override alone. On
+	// success it returns the stored snapshot; when the epoch has moved it
+	// returns the current snapshot and an error satisfying
+	// errors.Is(err, ErrConflict).
+	Transition(ctx context.Context, name string, prevEpoch uint64, next Snapshot) (Snapshot, error)
+
+	// AcquireProbe takes one of limit half-open probe slots for epoch, as a
+	// lease that lapses at leaseUntil so that a probe lost with its
+	// environment cannot wedge the breaker. A slot is free if it was never
+	// taken, was taken in another epoch, or its lease lapsed before now.
+	// It returns the slot taken, or ErrProbeDenied.
+	AcquireProbe(ctx context.Context, name string, epoch uint64, limit int, now, leaseUntil time.Time) (slot int, err error)
+
+	// SetOverride writes the operator's override (NoOverride clears it);
+	// until, if not zero, is when it lapses. Operators can write the same
+	// item by hand; see docs/ARCHITECTURE.md.
+	SetOverride(ctx context.Context, name string, o Override, until time.Time) error
+}

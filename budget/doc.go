@@ -1,0 +1,22 @@
+// Package budget defines herdguard's retry-budget contract: the question
+// "may I retry once more?" that the retry loop asks before every retry, the
+// typed error returned when the answer is no, and the composition of several
+// budgets (an in-memory one per process, a fleet-wide one in DynamoDB) into
+// one.
+//
+// A Budget is told about every logical call (RecordRequest), about every
+// call that succeeded on its first attempt (RecordSuccess), and is asked for
+// permission before every retry (AcquireRetry). A grant comes with a Release
+// that the caller invokes exactly once with the retry's Outcome, so that a
+// budget can refund the cost of a retry that succeeded, or the whole grant
+// when the retry never ran.
+//
+// Times are passed in explicitly, in the style of golang.org/x/time/rate's
+// AllowN(now, n): the caller (usually a retry.Executor) owns the clock, so
+// tests and simulations drive every layer from one injected clock.
+//
+// This package holds no backend of its own except Global, the fleet-wide
+// ratio algorithm, which runs over a Store. Package local provides in-memory
+// budgets and an in-memory Store; package dynamo provides a DynamoDB Store.
+// Package budgettest is the conformance suite every Store must pass.
+package budget

@@ -1,0 +1,90 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Key names one shard of one window of a fleet-wide budget in a Store.
+type Key struct {
+	// Name is the budget's name (one per partner, typically). Stores
+	// validate it: see ValidateName.
+	Name string
+	// Shard is in [0, shards). One budget may be spread over several items
+	// so that no single item takes more writes than the store allows.
+	Shard int
+	// Window is the start of the fixed window the allowance belongs to.
+	// Allowance never carries over from one window to the next.
+	Window time.Time
+}
+
+// String returns a readable form such as "payments/2/1700000000000".
+func (k Key) String() string {
+	return fmt.Sprintf("%s/%d/%d", k.Name, k.Shard, k.Window.UnixMilli())
+}
+
+// Update is one atomic change to the allowance of a window shard.
+//
+// Let old be the stored allowance, or Floor if the item does not exist yet.
+// The store sets the allowance to old + Deposit - Take if and only if that
+// is not negative; otherwise it changes nothing and refuses. Deposit and
+// Take are never negative.
+type Update struct {
+	// Floor is the allowance a window shard starts with: the share of the
+	// fleet-wide minimum number of retries per window that this shard holds.
+	Floor int64
+	// Deposit is allowance earned by requests reported with this update.
+	Deposit int64
+	// Take is allowance withdrawn for retries (a lease of Take retries).
+	Take int64
+	// Expires is when the store may delete the item (TTL). It is past the
+	// window's end.
+	Expires time.Time
+}
+
+// Store holds the allowance of fleet-wide budgets. It is the whole contract
+// a backend implements for Global: one conditional, atomic read-modify-write
+// per call. Implementations are safe for concurrent use, honour ctx, and
+// never hold a lock across network I/O.
+type Store interface {
+	// Apply performs u on the item for k and returns the allowance after
+	// the update. When the update would make the allowance negative it
+	// changes nothing and returns the allowance as it stands together with
+	// an error satisfying errors.Is(err, ErrInsufficient). Any other error
+	// means the store could not be reached or returned something malformed;
+	// the caller then does not know whether the update was applied.
+	Apply(ctx context.Context, k Key, u Update) (allowance int64, err error)
+}
+
+// ErrInsufficient is returned by Store.Apply when a window shard holds less
+// allowance than an update takes.
+var ErrInsufficient = errors.New("herdguard: insufficient allowance")
+
+// Names of budgets and breakers become part of store keys. MaxNameLen bounds
+// them; ValidateName lists the other rules.
+const MaxNameLen = 128
+
+// ValidateName reports whether name can be used as a budget or breaker
+// name: 1 to MaxNameLen bytes of valid UTF-8 made of letters, digits and
+// the characters '-', '_', '.' and ':'. It rejects everything else, in
+// particular the separator '#' that stores use in keys, so that two names
+// can never map to the same item.
+func ValidateName(name string) error {
+	if name == "" {
+		return errors.New("herdguard: name is empty")
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("herdguard: name is %d bytes long, at most %d allowed", len(name), MaxNameLen)
+	}
+	for i, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case r == '-', r == '_', r == '.', r == ':':
+		default:
+			return fmt.Errorf("herdguard: name %q has a character %q at byte %d; use letters, digits, '-', '_', '.' or ':'", name, r, i)
+		}
+	}
+	return nil
+}
