@@ -1,0 +1,585 @@
+// Package breakertest is the conformance suite for breaker.Store
+// implementations, importable from any test in the style of net/http/httptest:
+//
+//	func TestStore(t *testing.T) {
+//		breakertest.Run(t, func(t *testing.T) breaker.Store { return newMyStore(t) })
+//	}
+//
+// The suite is written for slow, remote stores as well as in-memory ones:
+// every call gets its own generous timeout (CallTimeout), concurrency is
+// modest, it never sleeps (times are passed to the store explicitly), and
+// every subtest uses breaker names unique to the run, so stores that share
+// one table across subtests and runs are fine. Times are compared to the
+// millisecond, the precision of the DynamoDB item layout.
+package breakertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
+)
+
+// CallTimeout bounds every store call the suite makes.
+const CallTimeout = 5 * time.Second
+
+// concurrency is the number of goroutines racing in the concurrent
+// subtests: enough to race, few enough for a store that serialises writes
+// to one item at a few milliseconds each.
+const concurrency = 8
+
+// Run runs the conformance suite against stores made by newStore, which is
+// called once per subtest with the subtest's t (register cleanups there).
+func Run(t *testing.T, newStore func(t *testing.T) breaker.Store) {
+	t.Helper()
+	s := &suite{newStore: newStore, run: fmt.Sprintf("ct%08x", rand.Uint32())}
+	t.Run("UnknownNameIsZero", s.unknownNameIsZero)
+	t.Run("TransitionCompareAndSwap", s.transitionCompareAndSwap)
+	t.Run("ConcurrentTransitionsOneWins", s.concurrentTransitionsOneWins)
+	t.Run("TransitionLeavesOverrideAlone", s.transitionLeavesOverrideAlone)
+	t.Run("OverrideRoundTrip", s.overrideRoundTrip)
+	t.Run("ReportAccumulates", s.reportAccumulates)
+	t.Run("ConcurrentReports", s.concurrentReports)
+	t.Run("ProbeLimit", s.probeLimit)
+	t.Run("ProbeOtherEpochFreesSlot", s.probeOtherEpochFreesSlot)
+	t.Run("ProbeExpiredLeaseFreesSlot", s.probeExpiredLeaseFreesSlot)
+	t.Run("ConcurrentProbesOneWins", s.concurrentProbesOneWins)
+	t.Run("NamesAreIndependent", s.namesAreIndependent)
+	t.Run("CanceledContext", s.canceledContext)
+	t.Run("InvalidNameRejected", s.invalidNameRejected)
+}
+
+type suite struct {
+	newStore func(t *testing.T) breaker.Store
+	run      string // unique to this Run, part of every name
+
+	mu    sync.Mutex
+	names int
+}
+
+// name returns a breaker name unique to the run.
+func (s *suite) name(t *testing.T) string {
+	s.mu.Lock()
+	s.names++
+	n := s.names
+	s.mu.Unlock()
+	sub := t.Name()
+	if i := strings.LastIndexByte(sub, '/'); i >= 0 {
+		sub = sub[i+1:]
+	}
+	name := fmt.Sprintf("%s.%s.%d", s.run, sanitize(sub), n)
+	if len(name) > budget.MaxNameLen {
+		name = name[:budget.MaxNameLen]
+	}
+	if err := budget.ValidateName(name); err != nil {
+		t.Fatalf("breakertest: generated an invalid name: %v", err)
+	}
+	return name
+}
+
+// sanitize replaces the characters budget.ValidateName rejects.
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.', r == ':':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// base returns a time close to real time (so that stores with a TTL keep
+// the items), to the millisecond, on a 10 s boundary so that it can serve
+// as a window start.
+func base() time.Time {
+	return time.UnixMilli(time.Now().UnixMilli()).Truncate(10 * time.Second)
+}
+
+func callCtx(t *testing.T) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(t.Context(), CallTimeout)
+}
+
+func canceledCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	return ctx
+}
+
+// equal reports whether two snapshots are the same, times compared with
+// Equal (so location and monotonic readings do not matter).
+func equal(a, b breaker.Snapshot) bool {
+	return a.State == b.State && a.Epoch == b.Epoch && a.OpenUntil.Equal(b.OpenUntil) &&
+		a.Reopens == b.Reopens && a.Override == b.Override && a.OverrideUntil.Equal(b.OverrideUntil)
+}
+
+func format(s breaker.Snapshot) string {
+	return fmt.Sprintf("{State:%v Epoch:%d OpenUntil:%s Reopens:%d Override:%v OverrideUntil:%s}",
+		s.State, s.Epoch, formatTime(s.OpenUntil), s.Reopens, s.Override, formatTime(s.OverrideUntil))
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "zero"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func load(t *testing.T, st breaker.Store, name string) breaker.Snapshot {
+	t.Helper()
+	ctx, cancel := callCtx(t)
+	defer cancel()
+	snap, err := st.Load(ctx, name)
+	if err != nil {
+		t.Fatalf("Load(%q): unexpected error: %v", name, err)
+	}
+	return snap
+}
+
+func mustLoad(t *testing.T, st breaker.Store, name string, want breaker.Snapshot) {
+	t.Helper()
+	if got := load(t, st, name); !equal(got, want) {
+		t.Fatalf("Load(%q) = %s, want %s", name, format(got), format(want))
+	}
+}
+
+func transition(t *testing.T, st breaker.Store, name string, prev uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
+	t.Helper()
+	ctx, cancel := callCtx(t)
+	defer cancel()
+	return st.Transition(ctx, name, prev, next)
+}
+
+// mustTransition fails the test unless the transition succeeds and returns
+// want.
+func mustTransition(t *testing.T, st breaker.Store, name string, prev uint64, next, want breaker.Snapshot) {
+	t.Helper()
+	got, err := transition(t, st, name, prev, next)
+	if err != nil {
+		t.Fatalf("Transition(%q, %d, %s): unexpected error: %v", name, prev, format(next), err)
+	}
+	if !equal(got, want) {
+		t.Fatalf("Transition(%q, %d, %s) = %s, want %s", name, prev, format(next), format(got), format(want))
+	}
+}
+
+// mustConflict fails the test unless the transition is refused with
+// ErrConflict and the current snapshot want.
+func mustConflict(t *testing.T, st breaker.Store, name string, prev uint64, next, want breaker.Snapshot) {
+	t.Helper()
+	got, err := transition(t, st, name, prev, next)
+	if !errors.Is(err, breaker.ErrConflict) {
+		t.Fatalf("Transition(%q, %d, %s) with a stale epoch: error %v, want one satisfying errors.Is(err, breaker.ErrConflict)", name, prev, format(next), err)
+	}
+	if !equal(got, want) {
+		t.Fatalf("Transition(%q, %d, %s) refused with the snapshot %s, want the current %s", name, prev, format(next), format(got), format(want))
+	}
+}
+
+func setOverride(t *testing.T, st breaker.Store, name string, o breaker.Override, until time.Time) {
+	t.Helper()
+	ctx, cancel := callCtx(t)
+	defer cancel()
+	if err := st.SetOverride(ctx, name, o, until); err != nil {
+		t.Fatalf("SetOverride(%q, %v, %s): unexpected error: %v", name, o, formatTime(until), err)
+	}
+}
+
+func report(t *testing.T, st breaker.Store, name string, window time.Time, env string, successes, failures int64) (breaker.Tally, error) {
+	t.Helper()
+	ctx, cancel := callCtx(t)
+	defer cancel()
+	return st.Report(ctx, name, window, env, successes, failures, window.Add(time.Hour))
+}
+
+func mustReport(t *testing.T, st breaker.Store, name string, window time.Time, env string, successes, failures int64, want breaker.Tally) {
+	t.Helper()
+	got, err := report(t, st, name, window, env, successes, failures)
+	if err != nil {
+		t.Fatalf("Report(%q, %s, %q, %d, %d): unexpected error: %v", name, formatTime(window), env, successes, failures, err)
+	}
+	if got != want {
+		t.Fatalf("Report(%q, %s, %q, %d, %d) = %+v, want %+v", name, formatTime(window), env, successes, failures, got, want)
+	}
+}
+
+func acquire(t *testing.T, st breaker.Store, name string, epoch uint64, limit int, now, leaseUntil time.Time) (int, error) {
+	t.Helper()
+	ctx, cancel := callCtx(t)
+	defer cancel()
+	return st.AcquireProbe(ctx, name, epoch, limit, now, leaseUntil)
+}
+
+// mustAcquire fails the test unless a slot in [0, limit) is taken, and
+// returns it.
+func mustAcquire(t *testing.T, st breaker.Store, name string, epoch uint64, limit int, now, leaseUntil time.Time) int {
+	t.Helper()
+	slot, err := acquire(t, st, name, epoch, limit, now, leaseUntil)
+	if err != nil {
+		t.Fatalf("AcquireProbe(%q, epoch %d, limit %d, now %s): unexpected error: %v", name, epoch, limit, formatTime(now), err)
+	}
+	if slot < 0 || slot >= limit {
+		t.Fatalf("AcquireProbe(%q, epoch %d, limit %d) = slot %d, want one in [0, %d)", name, epoch, limit, slot, limit)
+	}
+	return slot
+}
+
+func mustDeny(t *testing.T, st breaker.Store, name string, epoch uint64, limit int, now, leaseUntil time.Time) {
+	t.Helper()
+	slot, err := acquire(t, st, name, epoch, limit, now, leaseUntil)
+	if !errors.Is(err, breaker.ErrProbeDenied) {
+		t.Fatalf("AcquireProbe(%q, epoch %d, limit %d, now %s) = slot %d, %v; want an error satisfying errors.Is(err, breaker.ErrProbeDenied)", name, epoch, limit, formatTime(now), slot, err)
+	}
+}
+
+func (s *suite) unknownNameIsZero(t *testing.T) {
+	st := s.newStore(t)
+	mustLoad(t, st, s.name(t), breaker.Snapshot{})
+}
+
+func (s *suite) transitionCompareAndSwap(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	t0 := base()
+
+	open := breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: t0.Add(30 * time.Second), Reopens: 1}
+	mustTransition(t, st, name, 0, open, open)
+	mustLoad(t, st, name, open)
+
+	half := breaker.Snapshot{State: breaker.HalfOpen, Epoch: 2, OpenUntil: t0.Add(30 * time.Second), Reopens: 1}
+	mustTransition(t, st, name, 1, half, half)
+	mustLoad(t, st, name, half)
+
+	// Stale epochs lose and see the current state.
+	mustConflict(t, st, name, 1, breaker.Snapshot{State: breaker.Closed, Epoch: 2}, half)
+	mustConflict(t, st, name, 0, breaker.Snapshot{State: breaker.Open, Epoch: 1, Reopens: 1}, half)
+	mustConflict(t, st, name, 7, breaker.Snapshot{State: breaker.Closed, Epoch: 8}, half)
+	mustLoad(t, st, name, half)
+
+	// A close with no open-until time stores none.
+	closed := breaker.Snapshot{State: breaker.Closed, Epoch: 3}
+	mustTransition(t, st, name, 2, closed, closed)
+	mustLoad(t, st, name, closed)
+
+	// A name never written has epoch 0: any other epoch conflicts, and
+	// the refusal reports the zero snapshot.
+	fresh := s.name(t)
+	mustConflict(t, st, fresh, 3, breaker.Snapshot{State: breaker.Open, Epoch: 4}, breaker.Snapshot{})
+	mustLoad(t, st, fresh, breaker.Snapshot{})
+}
+
+func (s *suite) concurrentTransitionsOneWins(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	t0 := base()
+	start := breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: t0.Add(time.Minute), Reopens: 1}
+	mustTransition(t, st, name, 0, start, start)
+
+	type result struct {
+		next breaker.Snapshot
+		got  breaker.Snapshot
+		err  error
+	}
+	results := make([]result, concurrency)
+	var wg sync.WaitGroup
+	for i := range results {
+		// Each contender proposes a different next state, so the
+		// winner can be told apart.
+		next := breaker.Snapshot{State: breaker.HalfOpen, Epoch: 2, OpenUntil: t0.Add(time.Duration(i) * time.Second), Reopens: i}
+		wg.Go(func() {
+			ctx, cancel := callCtx(t)
+			defer cancel()
+			got, err := st.Transition(ctx, name, 1, next)
+			results[i] = result{next: next, got: got, err: err}
+		})
+	}
+	wg.Wait()
+
+	var winner *result
+	for i := range results {
+		r := &results[i]
+		switch {
+		case r.err == nil:
+			if winner != nil {
+				t.Fatalf("two transitions from epoch 1 both succeeded: %s and %s", format(winner.next), format(r.next))
+			}
+			winner = r
+			if !equal(r.got, r.next) {
+				t.Fatalf("winning Transition returned %s, want %s", format(r.got), format(r.next))
+			}
+		case errors.Is(r.err, breaker.ErrConflict):
+		default:
+			t.Fatalf("concurrent Transition failed with an unexpected error: %v", r.err)
+		}
+	}
+	if winner == nil {
+		t.Fatalf("none of %d concurrent transitions from epoch 1 succeeded", concurrency)
+	}
+	for i := range results {
+		if r := &results[i]; r.err != nil && r.got.Epoch != 2 {
+			t.Fatalf("a losing Transition reported epoch %d, want the winner's 2 (snapshot %s)", r.got.Epoch, format(r.got))
+		}
+	}
+	mustLoad(t, st, name, winner.next)
+}
+
+func (s *suite) transitionLeavesOverrideAlone(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	t0 := base()
+	until := t0.Add(time.Hour)
+	setOverride(t, st, name, breaker.ForcedOpen, until)
+	mustLoad(t, st, name, breaker.Snapshot{Override: breaker.ForcedOpen, OverrideUntil: until})
+
+	// The override is not part of the compare-and-swap: a transition
+	// keeps it, and returns it in the stored snapshot.
+	next := breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: t0.Add(time.Minute), Reopens: 1}
+	want := next
+	want.Override, want.OverrideUntil = breaker.ForcedOpen, until
+	mustTransition(t, st, name, 0, next, want)
+	mustLoad(t, st, name, want)
+
+	// The override fields of next are ignored.
+	next2 := breaker.Snapshot{State: breaker.HalfOpen, Epoch: 2, OpenUntil: t0.Add(time.Minute), Reopens: 1, Override: breaker.Disabled}
+	want2 := next2
+	want2.Override, want2.OverrideUntil = breaker.ForcedOpen, until
+	mustTransition(t, st, name, 1, next2, want2)
+	mustLoad(t, st, name, want2)
+
+	// Writing the override leaves the state and epoch alone.
+	setOverride(t, st, name, breaker.ForcedClosed, time.Time{})
+	want2.Override, want2.OverrideUntil = breaker.ForcedClosed, time.Time{}
+	mustLoad(t, st, name, want2)
+}
+
+func (s *suite) overrideRoundTrip(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	t0 := base()
+
+	for _, c := range []struct {
+		o     breaker.Override
+		until time.Time
+	}{
+		{breaker.ForcedClosed, t0.Add(15 * time.Minute)},
+		{breaker.Disabled, time.Time{}},
+		{breaker.ForcedOpen, t0.Add(1500 * time.Millisecond)},
+		// A lapse time in the past is stored and returned as is: the
+		// Breaker, which has a clock, decides that it lapsed.
+		{breaker.ForcedOpen, t0.Add(-time.Hour)},
+	} {
+		setOverride(t, st, name, c.o, c.until)
+		mustLoad(t, st, name, breaker.Snapshot{Override: c.o, OverrideUntil: c.until})
+	}
+	// NoOverride clears the override and its lapse time.
+	setOverride(t, st, name, breaker.ForcedOpen, t0.Add(time.Hour))
+	setOverride(t, st, name, breaker.NoOverride, time.Time{})
+	mustLoad(t, st, name, breaker.Snapshot{})
+}
+
+func (s *suite) reportAccumulates(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	w := base()
+	mustReport(t, st, name, w, "env-a", 2, 1, breaker.Tally{Successes: 2, Failures: 1, Reporters: 1})
+	mustReport(t, st, name, w, "env-a", 0, 3, breaker.Tally{Successes: 2, Failures: 4, Reporters: 1})
+	mustReport(t, st, name, w, "env-b", 1, 0, breaker.Tally{Successes: 3, Failures: 4, Reporters: 2})
+	mustReport(t, st, name, w, "env-b", 0, 0, breaker.Tally{Successes: 3, Failures: 4, Reporters: 2})
+	mustReport(t, st, name, w, "env-c", 0, 0, breaker.Tally{Successes: 3, Failures: 4, Reporters: 3})
+
+	// Windows are independent.
+	w2 := w.Add(10 * time.Second)
+	mustReport(t, st, name, w2, "env-a", 0, 1, breaker.Tally{Failures: 1, Reporters: 1})
+	mustReport(t, st, name, w, "env-a", 1, 0, breaker.Tally{Successes: 4, Failures: 4, Reporters: 3})
+
+	// Reports do not touch the state.
+	mustLoad(t, st, name, breaker.Snapshot{})
+}
+
+func (s *suite) concurrentReports(t *testing.T) {
+	const envs, perEnv = 5, 4
+	st := s.newStore(t)
+	name := s.name(t)
+	w := base()
+	errs := make(chan error, envs*perEnv)
+	var wg sync.WaitGroup
+	for e := range envs {
+		env := fmt.Sprintf("env-%d", e)
+		wg.Go(func() {
+			for range perEnv {
+				if _, err := report(t, st, name, w, env, 1, 2); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent Report failed: %v", err)
+	}
+	mustReport(t, st, name, w, "env-0", 0, 0, breaker.Tally{Successes: envs * perEnv, Failures: 2 * envs * perEnv, Reporters: envs})
+}
+
+func (s *suite) probeLimit(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	t0 := base()
+	lease := t0.Add(10 * time.Second)
+	a := mustAcquire(t, st, name, 1, 2, t0, lease)
+	b := mustAcquire(t, st, name, 1, 2, t0, lease)
+	if a == b {
+		t.Fatalf("two probes of epoch 1 got the same slot %d", a)
+	}
+	mustDeny(t, st, name, 1, 2, t0, lease)
+	mustDeny(t, st, name, 1, 2, t0.Add(time.Second), lease)
+	// A larger limit opens more slots.
+	c := mustAcquire(t, st, name, 1, 3, t0, lease)
+	if c == a || c == b {
+		t.Fatalf("a third probe of epoch 1 got slot %d, already held", c)
+	}
+	mustDeny(t, st, name, 1, 3, t0, lease)
+	// Probe slots do not touch the state.
+	mustLoad(t, st, name, breaker.Snapshot{})
+}
+
+func (s *suite) probeOtherEpochFreesSlot(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	t0 := base()
+	lease := t0.Add(10 * time.Second)
+	mustAcquire(t, st, name, 1, 1, t0, lease)
+	mustDeny(t, st, name, 1, 1, t0, lease)
+	// A transition starts a new epoch: the slot held in epoch 1 is free
+	// for epoch 2 although its lease has not lapsed.
+	mustAcquire(t, st, name, 2, 1, t0, lease)
+	mustDeny(t, st, name, 2, 1, t0, lease)
+}
+
+func (s *suite) probeExpiredLeaseFreesSlot(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	t0 := base()
+	mustAcquire(t, st, name, 1, 1, t0, t0.Add(5*time.Second))
+	mustDeny(t, st, name, 1, 1, t0.Add(time.Second), t0.Add(6*time.Second))
+	mustDeny(t, st, name, 1, 1, t0.Add(4999*time.Millisecond), t0.Add(10*time.Second))
+	// The lease lapsed: a probe lost with its environment cannot wedge
+	// the breaker.
+	mustAcquire(t, st, name, 1, 1, t0.Add(6*time.Second), t0.Add(11*time.Second))
+	mustDeny(t, st, name, 1, 1, t0.Add(7*time.Second), t0.Add(12*time.Second))
+}
+
+func (s *suite) concurrentProbesOneWins(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	t0 := base()
+	var (
+		wg                sync.WaitGroup
+		mu                sync.Mutex
+		won, denied       int
+		unexpected        []error
+		slotsOutsideLimit int
+	)
+	for range concurrency {
+		wg.Go(func() {
+			slot, err := acquire(t, st, name, 3, 1, t0, t0.Add(10*time.Second))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+				if slot != 0 {
+					slotsOutsideLimit++
+				}
+			case errors.Is(err, breaker.ErrProbeDenied):
+				denied++
+			default:
+				unexpected = append(unexpected, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(unexpected) > 0 {
+		t.Fatalf("%d concurrent AcquireProbe calls failed with unexpected errors, first: %v", len(unexpected), unexpected[0])
+	}
+	if won != 1 || denied != concurrency-1 {
+		t.Fatalf("%d concurrent AcquireProbe with limit 1: %d won, %d denied; want 1 and %d", concurrency, won, denied, concurrency-1)
+	}
+	if slotsOutsideLimit > 0 {
+		t.Fatalf("AcquireProbe with limit 1 returned a slot other than 0")
+	}
+}
+
+func (s *suite) namesAreIndependent(t *testing.T) {
+	st := s.newStore(t)
+	a, b := s.name(t), s.name(t)
+	t0 := base()
+	open := breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: t0.Add(time.Minute), Reopens: 1}
+	mustTransition(t, st, a, 0, open, open)
+	setOverride(t, st, a, breaker.ForcedOpen, time.Time{})
+	mustReport(t, st, a, t0, "env-a", 0, 5, breaker.Tally{Failures: 5, Reporters: 1})
+	mustAcquire(t, st, a, 1, 1, t0, t0.Add(time.Minute))
+
+	mustLoad(t, st, b, breaker.Snapshot{})
+	mustReport(t, st, b, t0, "env-a", 1, 0, breaker.Tally{Successes: 1, Reporters: 1})
+	mustAcquire(t, st, b, 1, 1, t0, t0.Add(time.Minute))
+	mustTransition(t, st, b, 0, open, open)
+}
+
+func (s *suite) canceledContext(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	t0 := base()
+	calls := map[string]func(ctx context.Context) error{
+		"Load": func(ctx context.Context) error {
+			_, err := st.Load(ctx, name)
+			return err
+		},
+		"Report": func(ctx context.Context) error {
+			_, err := st.Report(ctx, name, t0, "env-a", 1, 1, t0.Add(time.Hour))
+			return err
+		},
+		"Transition": func(ctx context.Context) error {
+			_, err := st.Transition(ctx, name, 0, breaker.Snapshot{State: breaker.Open, Epoch: 1})
+			return err
+		},
+		"AcquireProbe": func(ctx context.Context) error {
+			_, err := st.AcquireProbe(ctx, name, 1, 1, t0, t0.Add(time.Minute))
+			return err
+		},
+		"SetOverride": func(ctx context.Context) error {
+			return st.SetOverride(ctx, name, breaker.ForcedOpen, time.Time{})
+		},
+	}
+	for op, call := range calls {
+		err := call(canceledCtx(t))
+		if !errors.Is(err, breaker.ErrStore) {
+			t.Fatalf("%s with a canceled context returned %v; want an error satisfying errors.Is(err, breaker.ErrStore)", op, err)
+		}
+	}
+}
+
+func (s *suite) invalidNameRejected(t *testing.T) {
+	st := s.newStore(t)
+	t0 := base()
+	for _, name := range []string{"", "has#hash", "has space", strings.Repeat("n", budget.MaxNameLen+1)} {
+		ctx, cancel := callCtx(t)
+		_, errLoad := st.Load(ctx, name)
+		_, errReport := st.Report(ctx, name, t0, "env-a", 1, 1, t0.Add(time.Hour))
+		_, errTransition := st.Transition(ctx, name, 0, breaker.Snapshot{State: breaker.Open, Epoch: 1})
+		_, errProbe := st.AcquireProbe(ctx, name, 1, 1, t0, t0.Add(time.Minute))
+		errOverride := st.SetOverride(ctx, name, breaker.ForcedOpen, time.Time{})
+		cancel()
+		for op, err := range map[string]error{"Load": errLoad, "Report": errReport, "Transition": errTransition, "AcquireProbe": errProbe, "SetOverride": errOverride} {
+			if !errors.Is(err, breaker.ErrStore) {
+				t.Fatalf("%s with name %q returned %v; want an error satisfying errors.Is(err, breaker.ErrStore) (see budget.ValidateName)", op, name, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/herdguard/herdguard/budget"
+)
+
+// BudgetStore is an in-memory budget.Store: the allowance of every window
+// shard in a map behind a mutex. It serves tests, simulations and fleets
+// that live in one process; its answers are those the DynamoDB store gives
+// (window starts are kept to the millisecond, as in the DynamoDB key).
+//
+// Reads and Writes count calls (every Apply is a write), for simulations
+// that report store traffic. The zero value is not usable; call
+// NewBudgetStore or NewBudgetStoreWithOptions.
+type BudgetStore struct {
+	counters
+	opts StoreOptions // immutable
+
+	// mu guards items and sweep. Invariant: every stored allowance is
+	// >= 0; an item is created only by an Apply that succeeds.
+	mu    sync.Mutex
+	items map[budgetKey]budgetItem
+	sweep sweeper
+}
+
+// budgetKey is budget.Key made comparable: a time.Time with a location or
+// a monotonic reading would not compare equal to the same instant without.
+type budgetKey struct {
+	name   string
+	shard  int
+	window int64 // Unix milliseconds
+}
+
+type budgetItem struct {
+	allowance int64
+	expires   time.Time
+}
+
+var _ budget.Store = (*BudgetStore)(nil)
+
+// NewBudgetStore returns an empty in-memory budget.Store.
+func NewBudgetStore() *BudgetStore {
+	return NewBudgetStoreWithOptions(StoreOptions{})
+}
+
+// NewBudgetStoreWithOptions returns an empty in-memory budget.Store with
+// test hooks and a clock for expiry.
+func NewBudgetStoreWithOptions(o StoreOptions) *BudgetStore {
+	return &BudgetStore{opts: o, items: make(map[budgetKey]budgetItem)}
+}
+
+// Apply implements budget.Store: old is the stored allowance or u.Floor,
+// and the allowance becomes old + u.Deposit - u.Take unless that is
+// negative, in which case nothing changes (a missing item stays missing)
+// and Apply returns old with an error satisfying
+// errors.Is(err, budget.ErrInsufficient). u.Expires replaces the item's
+// expiry time on success.
+//
+// It fails without touching the store if ctx is done, if k.Name fails
+// budget.ValidateName, if k.Shard or a field of u is negative, or if the
+// sum would overflow.
+func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) (int64, error) {
+	s.writes.Add(1)
+	if err := checkUpdate(k, u); err != nil {
+		return 0, err
+	}
+	if err := s.opts.begin(ctx, OpApply); err != nil {
+		return 0, fmt.Errorf("local: budget store apply %s: %w", k, err)
+	}
+	key := budgetKey{name: k.Name, shard: k.Shard, window: k.Window.UnixMilli()}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked()
+	item, ok := s.items[key]
+	old := item.allowance
+	if !ok {
+		old = u.Floor
+	}
+	if u.Deposit > math.MaxInt64-old {
+		return old, fmt.Errorf("local: budget store apply %s: allowance %d plus deposit %d overflows", k, old, u.Deposit)
+	}
+	next := old + u.Deposit - u.Take
+	if next < 0 {
+		return old, fmt.Errorf("local: budget store apply %s: %w: holds %d, deposit %d, take %d", k, budget.ErrInsufficient, old, u.Deposit, u.Take)
+	}
+	s.items[key] = budgetItem{allowance: next, expires: toMilli(u.Expires)}
+	return next, nil
+}
+
+func checkUpdate(k budget.Key, u budget.Update) error {
+	if err := budget.ValidateName(k.Name); err != nil {
+		return fmt.Errorf("local: budget store apply: %w", err)
+	}
+	var field string
+	var v int64
+	switch {
+	case k.Shard < 0:
+		field, v = "Key.Shard", int64(k.Shard)
+	case u.Floor < 0:
+		field, v = "Update.Floor", u.Floor
+	case u.Deposit < 0:
+		field, v = "Update.Deposit", u.Deposit
+	case u.Take < 0:
+		field, v = "Update.Take", u.Take
+	default:
+		return nil
+	}
+	return fmt.Errorf("local: budget store apply %s: %s is %d; it must not be negative", k, field, v)
+}
+
+// sweepLocked drops expired items, at most once per sweepEvery. s.mu must
+// be held.
+func (s *BudgetStore) sweepLocked() {
+	now := s.opts.now()
+	if !s.sweep.due(now) {
+		return
+	}
+	for k, it := range s.items {
+		if expired(it.expires, now) {
+			delete(s.items, k)
+		}
+	}
+}
+
+// Len returns the number of items held (window shards not yet dropped).
+func (s *BudgetStore) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.items)
+}
