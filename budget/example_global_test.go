@@ -1,0 +1,88 @@
+package budget_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/local"
+)
+
+// Two environments share one budget through a store (here in memory; in
+// production dynamo.NewBudgetStore). Healthy traffic costs no store call;
+// during an outage the fleet gets 10% of its requests as retries, plus the
+// floor of 3 per window.
+func ExampleGlobal() {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	store := local.NewBudgetStoreWithOptions(local.StoreOptions{Now: func() time.Time { return now }})
+	envA, _ := budget.NewGlobal(store, "payments", budget.GlobalConfig{})
+	envB, _ := budget.NewGlobal(store, "payments", budget.GlobalConfig{})
+
+	for range 40 {
+		envA.RecordRequest(now)
+		envB.RecordRequest(now)
+	}
+	fmt.Println("store writes while healthy:", store.Writes())
+
+	// The partner fails: both environments ask for retries.
+	granted := 0
+	var refusal error
+	for range 10 {
+		for _, env := range []*budget.Global{envA, envB} {
+			release, err := env.AcquireRetry(context.Background(), now, budget.Transient)
+			if err != nil {
+				refusal = err
+				continue
+			}
+			granted++
+			release(budget.RetryFailed)
+		}
+	}
+	fmt.Println("granted:", granted, "of 80 requests × 0.1 + 3")
+	var exhausted *budget.ExhaustedError
+	if errors.As(refusal, &exhausted) {
+		fmt.Println("refused by", exhausted.Budget, "retry after", exhausted.RetryAfter)
+	}
+	fmt.Println("store writes:", store.Writes())
+	// Output:
+	// store writes while healthy: 0
+	// granted: 11 of 80 requests × 0.1 + 3
+	// refused by global:payments retry after 10s
+	// store writes: 13
+}
+
+// A local budget first, then the fleet-wide one: the local layer refuses
+// without a store call, and while the store is down the fail-open global
+// layer abstains, so the local layer alone decides.
+func ExampleGlobal_layered() {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	down := errors.New("table unreachable")
+	store := local.NewBudgetStoreWithOptions(local.StoreOptions{
+		Now:   func() time.Time { return now },
+		Fault: func(context.Context, string) error { return down },
+	})
+	global, _ := budget.NewGlobal(store, "payments", budget.GlobalConfig{})
+	ratio, _ := local.NewRatio(local.RatioConfig{})
+
+	// budget.Layered(ratio, global) composes them; AcquireAll, which the
+	// retry.Executor uses, also reports the layers that abstained.
+	granted := 0
+	for range 5 {
+		release, err := budget.AcquireAll(context.Background(), now, budget.Transient,
+			[]budget.Budget{ratio, global}, func(layer int, err error) {
+				fmt.Println("layer", layer, "abstained:", errors.Is(err, budget.ErrUnavailable))
+			})
+		if err == nil {
+			granted++
+			release.Done(budget.RetryFailed)
+		}
+	}
+	fmt.Println("granted by the local floor alone:", granted)
+	// Output:
+	// layer 1 abstained: true
+	// layer 1 abstained: true
+	// layer 1 abstained: true
+	// granted by the local floor alone: 3
+}

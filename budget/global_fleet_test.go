@@ -1,0 +1,278 @@
+package budget_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/herdguard/herdguard/budget"
+)
+
+const testWindow = 10 * time.Second
+
+// windowNo numbers test windows from t0.
+func windowNo(now time.Time) int { return int(now.Sub(t0) / testWindow) }
+
+// perRequest is the allowance one request earns at ratio, as Global
+// computes it.
+func perRequest(ratio float64) int64 {
+	return int64(math.Floor(ratio*float64(unit) + 1e-6))
+}
+
+// ledger tallies, per test window, the requests recorded and the retries
+// granted and not given back.
+type ledger struct {
+	requests []atomic.Int64
+	net      []atomic.Int64
+}
+
+func newLedger(windows int) *ledger {
+	return &ledger{requests: make([]atomic.Int64, windows), net: make([]atomic.Int64, windows)}
+}
+
+// check fails t unless, in every window and over the run,
+// net retries × unit <= perReq × requests + floor × unit.
+func (l *ledger) check(t tb, perReq int64, floor int) (granted, bound float64) {
+	t.Helper()
+	var totalNet, totalReq int64
+	for w := range l.net {
+		n, r := l.net[w].Load(), l.requests[w].Load()
+		if n*unit > perReq*r+int64(floor)*unit {
+			t.Errorf("window %d: %d retries granted for %d requests: more than %v × %d + %d",
+				w, n, r, float64(perReq)/float64(unit), r, floor)
+		}
+		totalNet += n
+		totalReq += r
+	}
+	limit := perReq*totalReq + int64(floor*len(l.net))*unit
+	if totalNet*unit > limit {
+		t.Errorf("run: %d retries granted, bound %v", totalNet, float64(limit)/float64(unit))
+	}
+	return float64(totalNet), float64(limit) / float64(unit)
+}
+
+type outstanding struct {
+	rel    budget.Release
+	window int
+}
+
+type fleetCase struct {
+	name  string
+	cfg   budget.GlobalConfig
+	fault float64 // probability of each fault mode per store call
+}
+
+// TestGlobalFleetBound runs 20 environments as goroutines over several
+// windows, in whatever interleaving the scheduler picks, with requests,
+// retries, releases of every outcome, flushes, callers whose clock is a
+// window behind, and (in some cases) store calls that fail before or after
+// applying. Granted retries never exceed Ratio × requests + Floor in any
+// window.
+func TestGlobalFleetBound(t *testing.T) {
+	cases := []fleetCase{
+		{name: "defaults", cfg: budget.GlobalConfig{}},
+		{name: "leases+shards", cfg: budget.GlobalConfig{LeaseSize: 8, Shards: 3, Floor: 5, Ratio: 0.2}},
+		{name: "faults", cfg: budget.GlobalConfig{LeaseSize: 4, Shards: 2, FaultCooldown: -1}, fault: 0.05},
+		{name: "no-floor", cfg: budget.GlobalConfig{Floor: -1, Ratio: 0.05}},
+	}
+	for _, fc := range cases {
+		t.Run(fc.name, func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, newStore func() budget.Store) {
+				runFleet(t, newStore(), fc, 20, 6, 400)
+			})
+		})
+	}
+}
+
+func runFleet(t *testing.T, inner budget.Store, fc fleetCase, envs, windows, opsPerWindow int) {
+	s := newRecStore(inner)
+	if fc.fault > 0 {
+		var mu sync.Mutex
+		r := rand.New(rand.NewPCG(7, 7))
+		s.setFault(func(budget.Key, budget.Update) faultMode {
+			mu.Lock()
+			defer mu.Unlock()
+			switch x := r.Float64(); {
+			case x < fc.fault:
+				return failBefore
+			case x < 2*fc.fault:
+				return failAfterApply
+			}
+			return pass
+		})
+	}
+	led := newLedger(windows)
+	globals := make([]*budget.Global, envs)
+	barriers := make([]sync.WaitGroup, windows)
+	for i := range barriers {
+		barriers[i].Add(envs)
+	}
+	var wg sync.WaitGroup
+	for e := range envs {
+		r := rand.New(rand.NewPCG(uint64(e), 42))
+		cfg := fc.cfg
+		cfg.Rand = rand.New(rand.NewPCG(uint64(e), 43)).Float64
+		g := newGlobal(t, s, cfg)
+		globals[e] = g
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			var out []outstanding
+			release := func(i int) {
+				o := budget.Outcome(r.IntN(3))
+				if o == budget.RetryNotUsed {
+					led.net[out[i].window].Add(-1)
+				}
+				out[i].rel(o)
+				out[i] = out[len(out)-1]
+				out = out[:len(out)-1]
+			}
+			for w := range windows {
+				for range opsPerWindow {
+					if r.IntN(8) == 0 {
+						runtime.Gosched() // more interleavings
+					}
+					now := t0.Add(time.Duration(w)*testWindow + time.Duration(r.Int64N(int64(testWindow))))
+					if w > 0 && r.Float64() < 0.03 {
+						now = now.Add(-testWindow) // a caller whose clock is behind
+					}
+					switch x := r.Float64(); {
+					case x < 0.7:
+						g.RecordRequest(now)
+						g.RecordSuccess(now)
+						led.requests[windowNo(now)].Add(1)
+					case x < 0.9:
+						rel, err := g.AcquireRetry(ctx, now, budget.Kind(r.IntN(2)))
+						if err == nil {
+							led.net[windowNo(now)].Add(1)
+							out = append(out, outstanding{rel, windowNo(now)})
+						} else if !errors.Is(err, budget.ErrExhausted) && !errors.Is(err, budget.ErrUnavailable) {
+							t.Errorf("AcquireRetry: %v", err)
+						}
+					case x < 0.98:
+						if len(out) > 0 {
+							release(r.IntN(len(out)))
+						}
+					default:
+						_ = g.FlushAt(ctx, now)
+					}
+				}
+				barriers[w].Done()
+				barriers[w].Wait()
+			}
+			for len(out) > 0 {
+				release(len(out) - 1)
+			}
+		}()
+	}
+	wg.Wait()
+
+	cfg := globals[0].Config()
+	granted, bound := led.check(t, perRequest(cfg.Ratio), cfg.Floor)
+	s.checkItems(t)
+	var st budget.GlobalStats
+	for _, g := range globals {
+		gs := g.Stats()
+		if gs.Granted-gs.Returned > gs.LeasedRetries {
+			t.Errorf("an environment used %d retries but leased %d", gs.Granted-gs.Returned, gs.LeasedRetries)
+		}
+		st.Granted += gs.Granted
+		st.Refused += gs.Refused
+		st.CachedRefusals += gs.CachedRefusals
+		st.StoreCalls += gs.StoreCalls
+		st.Faults += gs.Faults
+		st.LostRequests += gs.LostRequests
+		st.ReportedRequests += gs.ReportedRequests
+	}
+	if st.Granted == 0 || st.Refused == 0 {
+		t.Errorf("vacuous run: %+v", st)
+	}
+	if fc.fault > 0 && (st.Faults == 0 || st.LostRequests == 0) {
+		t.Errorf("no faults injected: %+v", st)
+	}
+	t.Logf("granted %v of bound %v (%.0f%%); store calls %d, refusals %d (cached %d), faults %d, requests reported %d lost %d",
+		granted, bound, 100*granted/bound, st.StoreCalls, st.Refused, st.CachedRefusals, st.Faults, st.ReportedRequests, st.LostRequests)
+}
+
+// TestGlobalBoundProperty checks the bound over random sequential
+// interleavings of a few environments, with arbitrary times (late,
+// repeated, out of order), random release outcomes and store calls that
+// fail before or after applying, as drawn by rapid.
+func TestGlobalBoundProperty(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		const windows = 4
+		cfg := budget.GlobalConfig{
+			Ratio:         rapid.SampledFrom([]float64{0.1, 0.25, 0.5, 1}).Draw(rt, "ratio"),
+			Floor:         rapid.IntRange(-1, 4).Draw(rt, "floor"),
+			Shards:        rapid.IntRange(1, 3).Draw(rt, "shards"),
+			LeaseSize:     rapid.IntRange(1, 5).Draw(rt, "lease"),
+			FaultCooldown: rapid.SampledFrom([]time.Duration{-1, 0}).Draw(rt, "cooldown"),
+		}
+		s := newRecStore(newMapStore())
+		faults := rapid.Bool().Draw(rt, "faults")
+		s.setFault(func(budget.Key, budget.Update) faultMode {
+			if !faults {
+				return pass
+			}
+			return faultMode(rapid.IntRange(0, 2).Draw(rt, "fault"))
+		})
+		envs := make([]*budget.Global, rapid.IntRange(1, 5).Draw(rt, "envs"))
+		for i := range envs {
+			c := cfg
+			c.Rand = rand.New(rand.NewPCG(uint64(i), 1)).Float64
+			envs[i] = newGlobal(rt, s, c)
+		}
+		led := newLedger(windows)
+		var out []outstanding
+		for range rapid.IntRange(20, 400).Draw(rt, "ops") {
+			g := envs[rapid.IntRange(0, len(envs)-1).Draw(rt, "env")]
+			now := t0.Add(time.Duration(rapid.IntRange(0, windows-1).Draw(rt, "window"))*testWindow +
+				time.Duration(rapid.IntRange(0, 9_999).Draw(rt, "ms"))*time.Millisecond)
+			switch rapid.IntRange(0, 4).Draw(rt, "op") {
+			case 0, 1:
+				g.RecordRequest(now)
+				led.requests[windowNo(now)].Add(1)
+			case 2:
+				rel, err := g.AcquireRetry(context.Background(), now, budget.Transient)
+				if err == nil {
+					led.net[windowNo(now)].Add(1)
+					out = append(out, outstanding{rel, windowNo(now)})
+				}
+			case 3:
+				if len(out) == 0 {
+					continue
+				}
+				i := rapid.IntRange(0, len(out)-1).Draw(rt, "release")
+				o := budget.Outcome(rapid.IntRange(0, 2).Draw(rt, "outcome"))
+				if o == budget.RetryNotUsed {
+					led.net[out[i].window].Add(-1)
+				}
+				out[i].rel(o)
+				out = append(out[:i], out[i+1:]...)
+			case 4:
+				_ = g.FlushAt(context.Background(), now)
+			}
+		}
+		c := envs[0].Config()
+		led.check(rt, perRequest(c.Ratio), c.Floor)
+		for _, w := range s.windowTotals() {
+			if w.taken > w.floor+w.deposited {
+				rt.Fatalf("window totals %+v", w)
+			}
+		}
+		for _, g := range envs {
+			if st := g.Stats(); st.Granted-st.Returned > st.LeasedRetries {
+				rt.Fatalf("stats %+v", st)
+			}
+		}
+	})
+}

@@ -1,0 +1,817 @@
+package budget_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herdguard/herdguard/budget"
+)
+
+const unit = budget.AllowancePerRetry
+
+// tb is the part of testing.TB that *rapid.T also has.
+type tb interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+}
+
+func newGlobal(t tb, s budget.Store, cfg budget.GlobalConfig) *budget.Global {
+	t.Helper()
+	g, err := budget.NewGlobal(s, "partner", cfg)
+	if err != nil {
+		t.Fatalf("NewGlobal: %v", err)
+	}
+	return g
+}
+
+// record makes n requests at now.
+func record(g *budget.Global, now time.Time, n int) {
+	for range n {
+		g.RecordRequest(now)
+	}
+}
+
+// acquire asks for one retry and reports whether it was granted, failing t
+// on an answer that is neither a grant nor a refusal.
+func acquire(t *testing.T, g *budget.Global, now time.Time) (budget.Release, bool) {
+	t.Helper()
+	rel, err := g.AcquireRetry(context.Background(), now, budget.Transient)
+	switch {
+	case err == nil:
+		return rel, true
+	case errors.Is(err, budget.ErrExhausted):
+		if rel != nil {
+			t.Fatalf("AcquireRetry returned a Release with %v", err)
+		}
+		return nil, false
+	default:
+		t.Fatalf("AcquireRetry: unexpected error %v", err)
+		return nil, false
+	}
+}
+
+func TestNewGlobalValidation(t *testing.T) {
+	s := newMapStore()
+	bad := []struct {
+		cfg   budget.GlobalConfig
+		field string
+	}{
+		{budget.GlobalConfig{Ratio: -0.1}, "Ratio"},
+		{budget.GlobalConfig{Ratio: 1.5}, "Ratio"},
+		{budget.GlobalConfig{Ratio: math.NaN()}, "Ratio"},
+		{budget.GlobalConfig{Ratio: 1e-9}, "Ratio"},
+		{budget.GlobalConfig{Window: time.Millisecond}, "Window"},
+		{budget.GlobalConfig{Window: -time.Second}, "Window"},
+		{budget.GlobalConfig{Window: time.Second + time.Microsecond}, "Window"},
+		{budget.GlobalConfig{Window: 25 * time.Hour}, "Window"},
+		{budget.GlobalConfig{Floor: budget.MaxGlobalFloor + 1}, "Floor"},
+		{budget.GlobalConfig{Shards: -1}, "Shards"},
+		{budget.GlobalConfig{Shards: budget.MaxGlobalShards + 1}, "Shards"},
+		{budget.GlobalConfig{LeaseSize: -2}, "LeaseSize"},
+		{budget.GlobalConfig{LeaseSize: budget.MaxLeaseSize + 1}, "LeaseSize"},
+		{budget.GlobalConfig{StoreTimeout: -time.Millisecond}, "StoreTimeout"},
+	}
+	for _, tc := range bad {
+		_, err := budget.NewGlobal(s, "partner", tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), "GlobalConfig."+tc.field) {
+			t.Errorf("NewGlobal(%+v) = %v, want an error naming GlobalConfig.%s", tc.cfg, err, tc.field)
+		}
+	}
+	if _, err := budget.NewGlobal(nil, "partner", budget.GlobalConfig{}); err == nil || !strings.Contains(err.Error(), "store") {
+		t.Errorf("NewGlobal(nil store) = %v, want an error naming the store", err)
+	}
+	for _, name := range []string{"", "a#b", strings.Repeat("x", budget.MaxNameLen+1), "\xff"} {
+		if _, err := budget.NewGlobal(s, name, budget.GlobalConfig{}); err == nil {
+			t.Errorf("NewGlobal(name %q) succeeded", name)
+		}
+	}
+
+	g := newGlobal(t, s, budget.GlobalConfig{})
+	c := g.Config()
+	if c.Ratio != budget.DefaultGlobalRatio || c.Window != budget.DefaultGlobalWindow || c.Floor != budget.DefaultGlobalFloor ||
+		c.Shards != budget.DefaultGlobalShards || c.LeaseSize != budget.DefaultLeaseSize ||
+		c.StoreTimeout != budget.DefaultStoreTimeout || c.FaultCooldown != budget.DefaultFaultCooldown ||
+		c.FailClosed || c.Rand == nil || c.Now == nil {
+		t.Errorf("defaults: %+v", c)
+	}
+	if g.Name() != "partner" {
+		t.Errorf("Name() = %q", g.Name())
+	}
+	if c := newGlobal(t, s, budget.GlobalConfig{Floor: -1}).Config(); c.Floor != 0 {
+		t.Errorf("Floor -1 became %d, want 0", c.Floor)
+	}
+}
+
+func TestGlobalWindowsAlignToTheEpoch(t *testing.T) {
+	s := newRecStore(newMapStore())
+	g := newGlobal(t, s, budget.GlobalConfig{Window: 7 * time.Second})
+	for _, now := range []time.Time{
+		t0.Add(3 * time.Second),
+		time.Unix(0, 0),
+		time.Unix(-1, 0), // before 1970: the window is [-7 s, 0)
+		time.Unix(13, 999e6),
+	} {
+		want := time.UnixMilli(int64(math.Floor(float64(now.UnixMilli())/7000)) * 7000)
+		if got := g.WindowOf(now); !got.Equal(want) {
+			t.Errorf("WindowOf(%v) = %v, want %v", now, got, want)
+		}
+		if _, ok := acquire(t, g, now); !ok {
+			t.Fatalf("no floor retry at %v", now)
+		}
+		c := s.Calls()[len(s.Calls())-1]
+		if !c.Key.Window.Equal(want) || c.Key.Name != "partner" {
+			t.Errorf("key %v, want window %v", c.Key, want)
+		}
+		if want := want.Add(7*time.Second + time.Minute); !c.Update.Expires.Equal(want) {
+			t.Errorf("Expires %v, want %v (window end + 1 minute)", c.Update.Expires, want)
+		}
+	}
+}
+
+func TestGlobalHealthyPathMakesNoStoreCalls(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, newStore func() budget.Store) {
+		s := newRecStore(newStore())
+		g := newGlobal(t, s, budget.GlobalConfig{Now: func() time.Time { return t0 }})
+		for i := range 10_000 {
+			now := t0.Add(time.Duration(i) * 3 * time.Millisecond) // spans three windows
+			g.RecordRequest(now)
+			g.RecordSuccess(now)
+			if i%100 == 0 {
+				if err := g.FlushAt(context.Background(), now); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := g.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := s.NumCalls(); n != 0 {
+			t.Fatalf("%d store calls on the healthy path, want 0", n)
+		}
+		if st := g.Stats(); st.StoreCalls != 0 {
+			t.Fatalf("Stats().StoreCalls = %d", st.StoreCalls)
+		}
+	})
+}
+
+// TestGlobalRatioAndFloor: 50 requests at Ratio 0.1 earn 5 retries, and the
+// floor adds 3. Every grant is one store call that deposits what is
+// pending and takes one retry; the refusal is cached.
+func TestGlobalRatioAndFloor(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, newStore func() budget.Store) {
+		s := newRecStore(newStore())
+		g := newGlobal(t, s, budget.GlobalConfig{})
+		now := t0.Add(2 * time.Second)
+		record(g, now, 50)
+		granted := 0
+		for range 10 {
+			if _, ok := acquire(t, g, now); ok {
+				granted++
+			}
+		}
+		if granted != 8 {
+			t.Fatalf("granted %d, want 8 (50 × 0.1 + floor 3)", granted)
+		}
+		calls := s.Calls()
+		if len(calls) != 9 {
+			t.Fatalf("%d store calls, want 9 (8 leases, 1 refusal, then cached)", len(calls))
+		}
+		first := calls[0].Update
+		if first.Deposit != 50*unit/10 || first.Take != unit || first.Floor != 3*unit {
+			t.Errorf("first update %+v, want deposit 5 retries, take 1, floor 3", first)
+		}
+		for i, c := range calls[1:] {
+			if c.Update.Deposit != 0 {
+				t.Errorf("call %d deposited %d again", i+1, c.Update.Deposit)
+			}
+		}
+		if !errors.Is(calls[8].Err, budget.ErrInsufficient) {
+			t.Errorf("last call: %v, want ErrInsufficient", calls[8].Err)
+		}
+		st := g.Stats()
+		if st.Granted != 8 || st.Refused != 2 || st.CachedRefusals != 1 || st.Leases != 8 || st.LeasedRetries != 8 ||
+			st.ReportedRequests != 50 || st.StoreCalls != 9 || st.Faults != 0 {
+			t.Errorf("stats %+v", st)
+		}
+		s.checkItems(t)
+	})
+}
+
+func TestGlobalRefusalIsCachedUntilTheWindowEnds(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, newStore func() budget.Store) {
+		s := newRecStore(newStore())
+		g := newGlobal(t, s, budget.GlobalConfig{Floor: 1})
+		if _, ok := acquire(t, g, t0); !ok {
+			t.Fatal("floor retry refused")
+		}
+		// Exhausted: the next ask costs one call, the rest none, for the
+		// rest of the window.
+		before := s.NumCalls()
+		for i := range 100 {
+			now := t0.Add(time.Duration(i) * 99 * time.Millisecond)
+			_, err := g.AcquireRetry(context.Background(), now, budget.Throttling)
+			var ex *budget.ExhaustedError
+			if !errors.As(err, &ex) {
+				t.Fatalf("ask %d: %v, want *ExhaustedError", i, err)
+			}
+			if want := t0.Add(10 * time.Second).Sub(now); ex.RetryAfter != want {
+				t.Fatalf("RetryAfter %v, want %v (end of window)", ex.RetryAfter, want)
+			}
+			if ex.Budget != "global:partner" {
+				t.Fatalf("Budget %q", ex.Budget)
+			}
+		}
+		if n := s.NumCalls() - before; n != 1 {
+			t.Fatalf("%d store calls while exhausted, want 1", n)
+		}
+		// A new window has a new floor.
+		if _, ok := acquire(t, g, t0.Add(10*time.Second)); !ok {
+			t.Fatal("next window's floor refused")
+		}
+		if st := g.Stats(); st.CachedRefusals != 99 || st.Refused != 100 {
+			t.Errorf("stats %+v", st)
+		}
+	})
+}
+
+// TestGlobalFractionsPool: fractions of a retry earned in different
+// environments add up in the store, and a refusal banks the deposit.
+func TestGlobalFractionsPool(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, newStore func() budget.Store) {
+		s := newRecStore(newStore())
+		cfg := budget.GlobalConfig{Floor: -1}
+		a, b := newGlobal(t, s, cfg), newGlobal(t, s, cfg)
+		record(a, t0, 9) // 0.9 retry
+		if _, ok := acquire(t, a, t0); ok {
+			t.Fatal("0.9 retry granted a retry")
+		}
+		calls := s.Calls()
+		if len(calls) != 2 || calls[1].Update.Deposit != 9*unit/10 || calls[1].Update.Take != 0 || calls[1].Err != nil {
+			t.Fatalf("calls %+v, want the refusal and then a bank of 0.9 retry", calls)
+		}
+		record(b, t0, 1) // 0.1 retry: with a's 0.9, one retry
+		if _, ok := acquire(t, b, t0); !ok {
+			t.Fatal("pooled fractions did not fund a retry")
+		}
+		if st := a.Stats(); st.ReportedRequests != 9 || st.Refused != 1 {
+			t.Errorf("a: %+v", st)
+		}
+		s.checkItems(t)
+	})
+}
+
+// TestGlobalKeepsTheRemainder: an exhausted environment keeps counting and
+// asks the store again only once its own requests have earned a whole
+// retry, which the store cannot refuse.
+func TestGlobalKeepsTheRemainder(t *testing.T) {
+	s := newRecStore(newMapStore())
+	g := newGlobal(t, s, budget.GlobalConfig{Ratio: 0.3, Floor: -1})
+	record(g, t0, 1) // 0.3
+	if _, ok := acquire(t, g, t0); ok {
+		t.Fatal("granted with 0.3 retry")
+	}
+	n := s.NumCalls() // refusal + bank
+	for i := range 3 {
+		g.RecordRequest(t0)
+		if _, ok := acquire(t, g, t0); ok {
+			t.Fatalf("granted after %d more requests", i+1)
+		}
+	}
+	if s.NumCalls() != n {
+		t.Fatalf("exhausted environment with less than a retry pending called the store")
+	}
+	g.RecordRequest(t0) // 4 × 0.3 = 1.2 unreported, plus 0.3 banked
+	if _, ok := acquire(t, g, t0); !ok {
+		t.Fatal("a retry the environment earned itself was refused")
+	}
+	last := s.Calls()[len(s.Calls())-1]
+	if last.Update.Deposit != 4*300_000 || last.Update.Take != unit {
+		t.Fatalf("update %+v, want deposit 1.2 retries, take 1", last.Update)
+	}
+	// 0.5 retries are left in the store (0.3 banked + 0.2): not enough
+	// for another, and the environment stays exhausted.
+	if _, ok := acquire(t, g, t0); ok {
+		t.Fatal("granted from half a retry")
+	}
+	if s.NumCalls() != n+1 {
+		t.Fatalf("%d calls, want %d", s.NumCalls(), n+1)
+	}
+	s.checkItems(t)
+}
+
+func TestGlobalRetryNotUsedReturnsToTheLease(t *testing.T) {
+	s := newRecStore(newMapStore())
+	g := newGlobal(t, s, budget.GlobalConfig{Floor: 2})
+	rel, ok := acquire(t, g, t0)
+	if !ok {
+		t.Fatal("refused")
+	}
+	rel(budget.RetryNotUsed)
+	rel(budget.RetryNotUsed) // a second call is ignored
+	calls := s.NumCalls()
+	rel2, ok := acquire(t, g, t0.Add(time.Second))
+	if !ok || s.NumCalls() != calls {
+		t.Fatalf("returned grant not served from the lease (ok %v, calls %d→%d)", ok, calls, s.NumCalls())
+	}
+	rel2.Done(budget.RetrySucceeded) // used: not returned
+	rel3, ok := acquire(t, g, t0.Add(2*time.Second))
+	if !ok || s.NumCalls() != calls+1 {
+		t.Fatal("second floor retry not taken from the store")
+	}
+	rel3(budget.RetryFailed)
+	if _, ok := acquire(t, g, t0.Add(3*time.Second)); ok {
+		t.Fatal("granted a third retry from a floor of 2")
+	}
+	if st := g.Stats(); st.Granted != 3 || st.Returned != 1 || st.Granted-st.Returned > st.LeasedRetries {
+		t.Errorf("stats %+v", st)
+	}
+
+	// A grant returned after its window ended does not serve the next one.
+	rel4, ok := acquire(t, g, t0.Add(10*time.Second))
+	if !ok {
+		t.Fatal("refused in a new window")
+	}
+	if _, ok := acquire(t, g, t0.Add(20*time.Second)); !ok {
+		t.Fatal("refused in a new window")
+	}
+	rel4(budget.RetryNotUsed)
+	before := s.NumCalls()
+	if _, ok := acquire(t, g, t0.Add(21*time.Second)); !ok || s.NumCalls() != before+1 {
+		t.Fatal("a grant of an ended window was handed out again")
+	}
+	s.checkItems(t)
+}
+
+func TestGlobalLeaseDoublesUpToLeaseSize(t *testing.T) {
+	s := newRecStore(newMapStore())
+	g := newGlobal(t, s, budget.GlobalConfig{LeaseSize: 4, Floor: -1})
+	record(g, t0, 200) // 20 retries
+	for range 20 {
+		if _, ok := acquire(t, g, t0); !ok {
+			t.Fatal("refused with 20 retries earned")
+		}
+	}
+	var takes []int64
+	for _, c := range s.Calls() {
+		takes = append(takes, c.Update.Take/unit)
+	}
+	want := []int64{1, 2, 4, 4, 4, 4, 1} // 19 leased, then 1 left: a lease of 4 refused, retried at 1
+	if len(takes) != len(want)+1 {
+		t.Fatalf("takes %v, want %v with the refused 4 before the last 1", takes, want)
+	}
+	if got := append(takes[:6:6], takes[7]); !equal(got, want) || takes[6] != 4 || !errors.Is(s.Calls()[6].Err, budget.ErrInsufficient) {
+		t.Fatalf("takes %v", takes)
+	}
+	if _, ok := acquire(t, g, t0); ok {
+		t.Fatal("granted a 21st retry")
+	}
+	// A new window starts again at one.
+	record(g, t0.Add(10*time.Second), 10)
+	acquire(t, g, t0.Add(10*time.Second))
+	if c := s.Calls()[len(s.Calls())-1]; c.Update.Take != unit {
+		t.Fatalf("first lease of a window took %d", c.Update.Take)
+	}
+	if st := g.Stats(); st.Granted-st.Returned > st.LeasedRetries {
+		t.Errorf("stats %+v", st)
+	}
+	s.checkItems(t)
+}
+
+func equal(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestGlobalShardsSplitTheFloorAndSpreadWrites(t *testing.T) {
+	s := newRecStore(newMapStore())
+	r := rand.New(rand.NewPCG(1, 2))
+	g := newGlobal(t, s, budget.GlobalConfig{Shards: 4, Floor: 6, Rand: r.Float64})
+	// Each retry is funded by the deposit that comes with it, so every
+	// shard can grant and the writes spread as Rand picks.
+	for range 400 {
+		record(g, t0, 10)
+		if _, ok := acquire(t, g, t0); !ok {
+			t.Fatal("a self-funded retry was refused")
+		}
+	}
+	perShard := make([]int, 4)
+	for _, c := range s.Calls() {
+		perShard[c.Key.Shard]++
+		if want := 6 * unit / 4; c.Update.Floor != want {
+			t.Fatalf("shard %d floor %d, want %d", c.Key.Shard, c.Update.Floor, want)
+		}
+	}
+	for i, n := range perShard {
+		if n < 60 {
+			t.Errorf("shard %d took %d of %d writes: %v", i, n, s.NumCalls(), perShard)
+		}
+	}
+	s.checkItems(t)
+
+	// Uneven split: 5 retries over 3 shards.
+	s2 := newRecStore(newMapStore())
+	seq := []float64{0, 0.5, 0.99}
+	i := 0
+	g2 := newGlobal(t, s2, budget.GlobalConfig{Shards: 3, Floor: 5, Rand: func() float64 { i++; return seq[(i-1)%3] }})
+	var sum int64
+	for range 3 {
+		acquire(t, g2, t0)
+	}
+	for j, c := range s2.Calls() {
+		if c.Key.Shard != j {
+			t.Errorf("call %d on shard %d", j, c.Key.Shard)
+		}
+		sum += c.Update.Floor
+	}
+	if sum != 5*unit {
+		t.Errorf("floor shares sum to %d, want %d", sum, 5*unit)
+	}
+}
+
+func TestGlobalSurvivesABadRand(t *testing.T) {
+	for _, v := range []float64{math.NaN(), -1, 1, 2, math.Inf(1), math.Inf(-1), 0.999999999} {
+		s := newRecStore(newMapStore())
+		g := newGlobal(t, s, budget.GlobalConfig{Shards: 3, Floor: 3, Rand: func() float64 { return v }})
+		acquire(t, g, t0)
+		if sh := s.Calls()[0].Key.Shard; sh < 0 || sh > 2 {
+			t.Errorf("Rand %v: shard %d", v, sh)
+		}
+	}
+}
+
+// TestGlobalDropsCountsOfEarlierWindows: requests fund retries only in
+// their own window.
+func TestGlobalDropsCountsOfEarlierWindows(t *testing.T) {
+	s := newRecStore(newMapStore())
+	g := newGlobal(t, s, budget.GlobalConfig{Floor: -1})
+	w := 10 * time.Second
+
+	record(g, t0, 30)          // window 0
+	record(g, t0.Add(w), 20)   // window 1
+	record(g, t0.Add(2*w), 10) // window 2 replaces window 0's slot
+	if _, ok := acquire(t, g, t0.Add(2*w)); !ok {
+		t.Fatal("refused")
+	}
+	if d := s.Calls()[0].Update.Deposit; d != 10*unit/10 {
+		t.Fatalf("window 2 deposited %d, want only its own 10 requests", d)
+	}
+	// The previous window's count is still there for a caller whose clock
+	// is behind, and goes into that window's item.
+	if _, ok := acquire(t, g, t0.Add(w+time.Second)); !ok {
+		t.Fatal("refused a late caller with 20 requests in its window")
+	}
+	c := s.Calls()[1]
+	if c.Update.Deposit != 20*unit/10 || !c.Key.Window.Equal(t0.Add(w)) {
+		t.Fatalf("late call %+v", c)
+	}
+	// Window 0's count is gone for good.
+	if _, ok := acquire(t, g, t0.Add(time.Second)); ok {
+		t.Fatal("window 0 still funded a retry")
+	}
+	// A request recorded for a window two behind the newest is dropped,
+	// not added to the newer count.
+	record(g, t0.Add(3*w), 5)
+	record(g, t0.Add(w), 100)
+	acquire(t, g, t0.Add(3*w))
+	if d := s.Calls()[len(s.Calls())-1].Update.Deposit; d != 5*unit/10 {
+		t.Fatalf("window 3 deposited %d, want 0.5 retry", d)
+	}
+}
+
+func TestGlobalFlush(t *testing.T) {
+	s := newRecStore(newMapStore())
+	clock := t0
+	g := newGlobal(t, s, budget.GlobalConfig{Now: func() time.Time { return clock }})
+	ctx := context.Background()
+
+	record(g, t0, 100)
+	if err := g.Flush(ctx); err != nil || s.NumCalls() != 0 {
+		t.Fatalf("Flush of a healthy environment: err %v, %d calls", err, s.NumCalls())
+	}
+	acquire(t, g, t0) // engages; deposits the 100
+	record(g, t0, 5)  // half a retry: not worth a write
+	if err := g.Flush(ctx); err != nil || s.NumCalls() != 1 {
+		t.Fatalf("Flush of half a retry: err %v, %d calls", err, s.NumCalls())
+	}
+	record(g, t0, 5)
+	if err := g.Flush(ctx); err != nil || s.NumCalls() != 2 {
+		t.Fatalf("Flush of a retry: err %v, %d calls", err, s.NumCalls())
+	}
+	if u := s.Calls()[1].Update; u.Deposit != unit || u.Take != 0 {
+		t.Fatalf("Flush update %+v", u)
+	}
+	if err := g.Flush(ctx); err != nil || s.NumCalls() != 2 {
+		t.Fatalf("second Flush: err %v, %d calls", err, s.NumCalls())
+	}
+
+	// A failed Flush loses the requests it sent and starts the cooldown.
+	record(g, t0, 10)
+	s.setFault(func(budget.Key, budget.Update) faultMode { return failBefore })
+	err := g.Flush(ctx)
+	var ue *budget.UnavailableError
+	if !errors.As(err, &ue) || !errors.Is(err, budget.ErrUnavailable) {
+		t.Fatalf("Flush with a failing store: %v", err)
+	}
+	s.setFault(nil)
+	record(g, t0, 10)
+	if err := g.Flush(ctx); !errors.Is(err, budget.ErrUnavailable) || s.NumCalls() != 3 {
+		t.Fatalf("Flush during the cooldown: err %v, %d calls", err, s.NumCalls())
+	}
+	clock = t0.Add(budget.DefaultFaultCooldown)
+	if err := g.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if u := s.Calls()[3].Update; u.Deposit != unit {
+		t.Fatalf("after the cooldown Flush sent %d, want the 10 requests kept during it (1 retry)", u.Deposit)
+	}
+	if st := g.Stats(); st.LostRequests != 10 || st.ReportedRequests != 120 || st.Faults != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	// Next window: not engaged, nothing to do.
+	clock = t0.Add(10 * time.Second)
+	record(g, clock, 50)
+	if err := g.Flush(ctx); err != nil || s.NumCalls() != 4 {
+		t.Fatalf("Flush in a window without retries: err %v, %d calls", err, s.NumCalls())
+	}
+}
+
+// hangingStore blocks until ctx ends, like a table that does not answer,
+// and records the deadline it was given.
+type hangingStore struct {
+	entered   time.Time
+	deadline  time.Time
+	hasDL     bool
+	callCount int
+}
+
+func (h *hangingStore) Apply(ctx context.Context, _ budget.Key, _ budget.Update) (int64, error) {
+	h.callCount++
+	h.entered = time.Now()
+	h.deadline, h.hasDL = ctx.Deadline()
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+func TestGlobalCutsAHangingStore(t *testing.T) {
+	const timeout = 5 * time.Millisecond
+	for _, failClosed := range []bool{false, true} {
+		h := &hangingStore{}
+		g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: timeout, FailClosed: failClosed})
+		record(g, t0, 10)
+		rel, err := g.AcquireRetry(context.Background(), t0, budget.Transient)
+		if rel != nil {
+			t.Fatal("Release with an error")
+		}
+		if !h.hasDL || h.deadline.Sub(h.entered) > timeout {
+			t.Fatalf("store got deadline %v (ok %v) at %v; want within %v", h.deadline, h.hasDL, h.entered, timeout)
+		}
+		var ue *budget.UnavailableError
+		if !errors.As(err, &ue) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("failClosed %v: %v, want an *UnavailableError for the deadline", failClosed, err)
+		}
+		if got := errors.Is(err, budget.ErrExhausted); got != failClosed {
+			t.Fatalf("failClosed %v: errors.Is(err, ErrExhausted) = %v (%v)", failClosed, got, err)
+		}
+		// Through the composition: fail open abstains, fail closed refuses.
+		var reported int
+		rel, err = budget.AcquireAll(context.Background(), t0.Add(500*time.Millisecond), budget.Transient,
+			[]budget.Budget{g}, func(int, error) { reported++ })
+		if failClosed {
+			var ex *budget.ExhaustedError
+			if !errors.As(err, &ex) || ex.RetryAfter <= 0 || reported != 0 {
+				t.Fatalf("fail closed via AcquireAll: %v, reported %d", err, reported)
+			}
+		} else if err != nil || rel != nil || reported != 1 {
+			t.Fatalf("fail open via AcquireAll: rel %v err %v reported %d", rel != nil, err, reported)
+		}
+		// That second ask was inside the cooldown: no store call.
+		if h.callCount != 1 {
+			t.Fatalf("%d calls to a failing store within the cooldown", h.callCount)
+		}
+		if st := g.Stats(); st.Faults != 1 || st.LostRequests != 10 || st.Unavailable != 2 {
+			t.Errorf("stats %+v", st)
+		}
+	}
+
+	// A caller deadline shorter than StoreTimeout wins.
+	h := &hangingStore{}
+	g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, budget.ErrUnavailable) {
+		t.Fatalf("%v", err)
+	}
+	if !h.deadline.Equal(dl) {
+		t.Fatalf("store deadline %v, want the caller's %v", h.deadline, dl)
+	}
+	// The caller's own deadline is not a store fault: no cooldown, and a
+	// done context makes no call at all.
+	if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, context.DeadlineExceeded) || h.callCount != 1 {
+		t.Fatalf("done ctx: %v, %d calls", err, h.callCount)
+	}
+}
+
+func TestGlobalFaultCooldown(t *testing.T) {
+	s := newRecStore(newMapStore())
+	g := newGlobal(t, s, budget.GlobalConfig{FaultCooldown: 2 * time.Second})
+	s.setFault(func(budget.Key, budget.Update) faultMode { return failBefore })
+	if _, err := g.AcquireRetry(context.Background(), t0, budget.Transient); !errors.Is(err, budget.ErrUnavailable) {
+		t.Fatal(err)
+	}
+	s.setFault(nil)
+	if _, err := g.AcquireRetry(context.Background(), t0.Add(1999*time.Millisecond), budget.Transient); !errors.Is(err, budget.ErrUnavailable) || s.NumCalls() != 1 {
+		t.Fatalf("during the cooldown: %v, %d calls", err, s.NumCalls())
+	}
+	if _, ok := acquire(t, g, t0.Add(2*time.Second)); !ok || s.NumCalls() != 2 {
+		t.Fatal("the store was not asked again after the cooldown")
+	}
+
+	// A negative cooldown asks the store every time.
+	s2 := newRecStore(newMapStore())
+	s2.setFault(func(budget.Key, budget.Update) faultMode { return failBefore })
+	g2 := newGlobal(t, s2, budget.GlobalConfig{FaultCooldown: -1})
+	for range 3 {
+		g2.AcquireRetry(context.Background(), t0, budget.Transient)
+	}
+	if s2.NumCalls() != 3 {
+		t.Fatalf("%d calls with no cooldown", s2.NumCalls())
+	}
+}
+
+// TestGlobalTimeoutsAreNotDoubleCounted: a deposit whose answer was lost
+// is never sent again, whether or not the store applied it.
+func TestGlobalTimeoutsAreNotDoubleCounted(t *testing.T) {
+	for _, mode := range []faultMode{failBefore, failAfterApply} {
+		s := newRecStore(newMapStore())
+		g := newGlobal(t, s, budget.GlobalConfig{Floor: -1, FaultCooldown: -1})
+		record(g, t0, 30)
+		s.setFault(func(budget.Key, budget.Update) faultMode { return mode })
+		if _, err := g.AcquireRetry(context.Background(), t0, budget.Transient); !errors.Is(err, budget.ErrUnavailable) {
+			t.Fatal(err)
+		}
+		s.setFault(nil)
+		record(g, t0, 10)
+		if _, ok := acquire(t, g, t0); !ok && mode == failAfterApply {
+			t.Fatal("refused although 3 + 1 retries were deposited")
+		}
+		calls := s.Calls()
+		if d := calls[1].Update.Deposit; d != unit {
+			t.Fatalf("mode %d: second call deposited %d, want only the 10 new requests (1 retry)", mode, d)
+		}
+		tot := s.windowTotals()[t0.UnixMilli()]
+		if tot.deposited > 40*unit/10 {
+			t.Fatalf("mode %d: %d deposited for 40 requests", mode, tot.deposited)
+		}
+		if st := g.Stats(); st.LostRequests != 30 {
+			t.Errorf("mode %d: stats %+v", mode, st)
+		}
+		s.checkItems(t)
+	}
+}
+
+// garbageStore answers every call with the same fixed result.
+type garbageStore struct {
+	allowance int64
+	err       error
+	calls     int
+}
+
+func (s *garbageStore) Apply(context.Context, budget.Key, budget.Update) (int64, error) {
+	s.calls++
+	return s.allowance, s.err
+}
+
+type oddError struct{}
+
+func (oddError) Error() string { return "" }
+
+func TestGlobalNeverPanicsOnGarbage(t *testing.T) {
+	insufficient := errors.Join(budget.ErrInsufficient, io.ErrUnexpectedEOF)
+	cases := []struct {
+		name      string
+		allowance int64
+		err       error
+		grant     bool
+	}{
+		{"plain error", 0, errors.New("boom"), false},
+		{"odd error", 7, oddError{}, false},
+		{"canceled", 0, context.Canceled, false},
+		{"negative success", -5, nil, true},
+		{"huge success", math.MaxInt64, nil, true},
+		{"refusal with huge allowance", math.MaxInt64, insufficient, false},
+		{"refusal with min allowance", math.MinInt64, insufficient, false},
+		{"refusal with negative allowance", -1, insufficient, false},
+		{"refusal claiming enough", 3 * unit, insufficient, false},
+	}
+	for _, tc := range cases {
+		for _, lease := range []int{1, 8} {
+			for _, failClosed := range []bool{false, true} {
+				s := &garbageStore{allowance: tc.allowance, err: tc.err}
+				g := newGlobal(t, s, budget.GlobalConfig{LeaseSize: lease, FailClosed: failClosed, Shards: 2})
+				for i := range 20 {
+					now := t0.Add(time.Duration(i) * 700 * time.Millisecond)
+					record(g, now, 25)
+					rel, err := g.AcquireRetry(context.Background(), now, budget.Transient)
+					if (err == nil) != (rel != nil) {
+						t.Fatalf("%s: rel %v with err %v", tc.name, rel != nil, err)
+					}
+					if err != nil && !errors.Is(err, budget.ErrExhausted) && !errors.Is(err, budget.ErrUnavailable) {
+						t.Fatalf("%s: untyped error %v", tc.name, err)
+					}
+					if err == nil && !tc.grant {
+						t.Fatalf("%s: granted a retry the store did not give", tc.name)
+					}
+					_ = err != nil && err.Error() != ""
+					rel.Done(budget.Outcome(i % 5))
+					_ = g.FlushAt(context.Background(), now)
+				}
+				if st := g.Stats(); st.Granted-st.Returned > st.LeasedRetries {
+					t.Fatalf("%s: stats %+v", tc.name, st)
+				}
+			}
+		}
+	}
+}
+
+// TestGlobalAbstainsInALayeredBudget: with the store down, a fail-open
+// Global abstains and the local layer decides.
+func TestGlobalAbstainsInALayeredBudget(t *testing.T) {
+	s := newRecStore(newMapStore())
+	s.setFault(func(budget.Key, budget.Update) faultMode { return failBefore })
+	g := newGlobal(t, s, budget.GlobalConfig{})
+	refuse := refuseAll{}
+	grantAll := budget.Layered(g)
+	if rel, err := grantAll.AcquireRetry(context.Background(), t0, budget.Transient); err != nil {
+		t.Fatalf("only layer abstained: %v", err)
+	} else {
+		rel.Done(budget.RetryFailed)
+	}
+	if _, err := budget.Layered(g, refuse).AcquireRetry(context.Background(), t0, budget.Transient); !errors.Is(err, budget.ErrExhausted) {
+		t.Fatalf("local layer refused, got %v", err)
+	}
+}
+
+type refuseAll struct{}
+
+func (refuseAll) RecordRequest(time.Time) {}
+func (refuseAll) RecordSuccess(time.Time) {}
+func (refuseAll) AcquireRetry(context.Context, time.Time, budget.Kind) (budget.Release, error) {
+	return nil, &budget.ExhaustedError{Budget: "local"}
+}
+
+// TestGlobalLeaseTokensExpireWithTheirWindow: retries left in a lease at
+// the end of its window are not handed out in the next one, where they
+// were not withdrawn.
+func TestGlobalLeaseTokensExpireWithTheirWindow(t *testing.T) {
+	s := newRecStore(newMapStore())
+	g := newGlobal(t, s, budget.GlobalConfig{LeaseSize: 4, Floor: -1})
+	record(g, t0, 100) // 10 retries
+	for range 4 {      // leases of 1, 2 and 4: 3 retries left in the lease
+		if _, ok := acquire(t, g, t0); !ok {
+			t.Fatal("refused")
+		}
+	}
+	if st := g.Stats(); st.LeasedRetries-st.Granted != 3 {
+		t.Fatalf("stats %+v, want 3 retries left in the lease", st)
+	}
+	if _, ok := acquire(t, g, t0.Add(testWindow)); ok {
+		t.Fatal("a lease of the previous window granted a retry")
+	}
+	if c := s.Calls()[len(s.Calls())-1]; !c.Key.Window.Equal(t0.Add(testWindow)) {
+		t.Fatalf("the new window's ask went to %v", c.Key)
+	}
+}
+
+// TestGlobalDropsHeldCountsOfEarlierWindows: requests kept in memory after
+// a refusal in one window do not fund retries two windows later.
+func TestGlobalDropsHeldCountsOfEarlierWindows(t *testing.T) {
+	s := newRecStore(newMapStore())
+	g := newGlobal(t, s, budget.GlobalConfig{Floor: -1})
+	acquire(t, g, t0) // refused: exhausted in window 0
+	record(g, t0, 3)  // 0.3 retry, held by the cached refusal below
+	if _, ok := acquire(t, g, t0); ok {
+		t.Fatal("granted")
+	}
+	record(g, t0.Add(2*testWindow), 10)
+	if _, ok := acquire(t, g, t0.Add(2*testWindow)); !ok {
+		t.Fatal("refused")
+	}
+	if d := s.Calls()[len(s.Calls())-1].Update.Deposit; d != unit {
+		t.Fatalf("window 2 deposited %d, want only its own 10 requests (%d)", d, unit)
+	}
+}
