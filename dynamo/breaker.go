@@ -1,0 +1,614 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
+)
+
+// Items that only serve a lapsed lease or override are kept this long past
+// it before TTL removes them; it is only clean-up (probe slot items are
+// reused by later epochs anyway).
+const cleanupGrace = 24 * time.Hour
+
+// BreakerStoreConfig holds a BreakerStore's optional settings. The zero
+// value is ready to use.
+type BreakerStoreConfig struct {
+	// Rand returns a pseudo-random number in [0, 1). AcquireProbe uses it to
+	// pick the first probe slot it tries, so that environments racing for
+	// probes spread over the slots. Nil means math/rand/v2's Float64.
+	Rand func() float64
+	// OnRequest, if not nil, is called after every DynamoDB request the
+	// store makes, on the caller's goroutine: wire it to metrics to see the
+	// table's latency and errors. It must be fast and must not block.
+	OnRequest func(RequestInfo)
+}
+
+// BreakerStore is a breaker.Store in a DynamoDB table. It is safe for
+// concurrent use and holds no lock. Its costs, per method:
+//
+//   - Load: one BatchGetItem of the state and override items, eventually
+//     consistent (one round trip, 2 × 0.5 read units).
+//   - Report: one UpdateItem on the fleet window item.
+//   - Transition: one conditional UpdateItem on the state item, then one
+//     eventually consistent GetItem of the override item.
+//   - AcquireProbe: one conditional UpdateItem per slot tried: one when a
+//     slot is free at the first try, limit when all are held (none when
+//     limit is 0, which admits no probe).
+//   - SetOverride: one PutItem.
+type BreakerStore struct {
+	api      API
+	table    string
+	cfg      BreakerStoreConfig
+	counters counters
+}
+
+var _ breaker.Store = (*BreakerStore)(nil)
+
+// NewBreakerStore returns a store that keeps breaker state in table, which
+// must have the layout CreateTable creates.
+func NewBreakerStore(api API, table string, cfg BreakerStoreConfig) (*BreakerStore, error) {
+	if api == nil {
+		return nil, errors.New("herdguard: dynamo: NewBreakerStore: api is nil")
+	}
+	if err := validateTableName(table); err != nil {
+		return nil, fmt.Errorf("herdguard: dynamo: NewBreakerStore: %w", err)
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Float64
+	}
+	return &BreakerStore{api: api, table: table, cfg: cfg}, nil
+}
+
+// Stats returns the store's cumulative request counts.
+func (s *BreakerStore) Stats() Stats { return s.counters.stats() }
+
+// Reads returns Stats().Reads. With Writes it matches the counters of
+// package local's stores, so that a simulation can count either.
+func (s *BreakerStore) Reads() int64 { return s.counters.reads.Load() }
+
+// Writes returns Stats().Writes.
+func (s *BreakerStore) Writes() int64 { return s.counters.writes.Load() }
+
+// fail wraps a fault of method op on breaker name so that it satisfies
+// errors.Is(err, breaker.ErrStore) and errors.Is/As on its cause.
+func (s *BreakerStore) fail(op, name string, err error) error {
+	s.counters.countMalformed(err)
+	return fmt.Errorf("%w: dynamo %s %q: %w", breaker.ErrStore, op, name, err)
+}
+
+// Load reads the state item "c#<name>" and the override item
+// "c#<name>#override" with one eventually consistent BatchGetItem. A
+// missing state item is the zero Snapshot (closed, epoch 0); a missing
+// override item is NoOverride. A partial answer (DynamoDB returning a key
+// as unprocessed, which it does under throttling) is an error, never a
+// snapshot without its override.
+func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot, error) {
+	if err := budget.ValidateName(name); err != nil {
+		return breaker.Snapshot{}, s.fail("Load", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return breaker.Snapshot{}, s.fail("Load", name, err)
+	}
+	sk, ovk := stateKey(name), overrideKey(name)
+	done := s.counters.instrument(s.cfg.OnRequest, opRead, "BatchGetItem", sk)
+	out, err := answer(s.api.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{
+		RequestItems: map[string]types.KeysAndAttributes{
+			s.table: {Keys: []map[string]types.AttributeValue{keyAttr(sk), keyAttr(ovk)}, ConsistentRead: aws.Bool(false)},
+		},
+	}))
+	done(err)
+	if err != nil {
+		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem: %w", err))
+	}
+	if n := len(out.UnprocessedKeys[s.table].Keys); n > 0 {
+		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem left %d of 2 keys unprocessed (throttled)", n))
+	}
+	var stateAttrs, overrideAttrs map[string]types.AttributeValue
+	for _, attrs := range out.Responses[s.table] {
+		switch pk, _, _ := (item{attrs: attrs}).str(attrPK); pk {
+		case sk:
+			stateAttrs = attrs
+		case ovk:
+			overrideAttrs = attrs
+		default:
+			return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem answered with an item not asked for (pk %q)", pk))
+		}
+	}
+	snap, err := decodeState(sk, stateAttrs)
+	if err != nil {
+		return breaker.Snapshot{}, s.fail("Load", name, err)
+	}
+	if snap.Override, snap.OverrideUntil, err = decodeOverride(ovk, overrideAttrs); err != nil {
+		return breaker.Snapshot{}, s.fail("Load", name, err)
+	}
+	return snap, nil
+}
+
+// Report adds the counts to the window item "c#<name>#w#<windowStartMs>"
+// with one UpdateItem:
+//
+//	ADD successes :s, failures :f, envs :env SET expires = :expires
+//
+// and returns the totals after it (ReturnValues ALL_NEW); Reporters is the
+// size of the envs string set. The condition only checks the stored types,
+// so that a malformed item comes back as a *MalformedItemError.
+//
+// A Report that times out may have been applied; retrying it may count its
+// outcomes twice, but never adds a reporter twice (envs is a set).
+func (s *BreakerStore) Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (breaker.Tally, error) {
+	key, expr, err := reportExpression(name, window, env, successes, failures, expires)
+	if err != nil {
+		return breaker.Tally{}, s.fail("Report", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return breaker.Tally{}, s.fail("Report", name, err)
+	}
+	done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
+	out, err := answer(s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 keyAttr(key),
+		UpdateExpression:                    expr.Update(),
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}))
+	done(err)
+	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			if _, derr := decodeTally(key, ccf.Item); derr != nil {
+				return breaker.Tally{}, s.fail("Report", name, derr)
+			}
+		}
+		return breaker.Tally{}, s.fail("Report", name, fmt.Errorf("UpdateItem: %w", err))
+	}
+	t, err := decodeTally(key, out.Attributes)
+	if err != nil {
+		return breaker.Tally{}, s.fail("Report", name, err)
+	}
+	return t, nil
+}
+
+// reportExpression validates Report's arguments and builds its key and
+// expressions.
+func reportExpression(name string, window time.Time, env string, successes, failures int64, expires time.Time) (string, expression.Expression, error) {
+	var none expression.Expression
+	if err := budget.ValidateName(name); err != nil {
+		return "", none, err
+	}
+	ms, err := unixMilli("window", window)
+	if err != nil {
+		return "", none, err
+	}
+	if env == "" || len(env) > MaxEnvLen || !utf8.ValidString(env) {
+		return "", none, fmt.Errorf("environment %s must be 1 to %d bytes of UTF-8", quoteNumber(env), MaxEnvLen)
+	}
+	if successes < 0 || successes > MaxAmount || failures < 0 || failures > MaxAmount {
+		return "", none, fmt.Errorf("counts %d successes, %d failures must be in [0, %d]", successes, failures, MaxAmount)
+	}
+	exp, err := ttlSeconds("expires", expires)
+	if err != nil {
+		return "", none, err
+	}
+	s, f, e := expression.Name(attrSuccesses), expression.Name(attrFailures), expression.Name(attrEnvs)
+	update := expression.
+		Add(s, numberValue(successes)).
+		Add(f, numberValue(failures)).
+		Add(e, expression.Value(&types.AttributeValueMemberSS{Value: []string{env}})).
+		Set(expression.Name(attrExpires), numberValue(exp))
+	cond := expression.And(
+		expression.Or(s.AttributeNotExists(), s.AttributeType(expression.Number)),
+		expression.Or(f.AttributeNotExists(), f.AttributeType(expression.Number)),
+		expression.Or(e.AttributeNotExists(), e.AttributeType(expression.StringSet)),
+	)
+	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(cond).Build()
+	if err != nil {
+		return "", none, fmt.Errorf("building the update expression: %w", err)
+	}
+	return windowKey(name, ms), expr, nil
+}
+
+// Transition writes next into the state item "c#<name>" with one
+// UpdateItem:
+//
+//	SET state = :state, epoch = :next, reopens = :reopens, open_until = :ms
+//	(REMOVE open_until when next.OpenUntil is zero)
+//
+// conditioned on "epoch = :prev", or, when prevEpoch is 0,
+// "attribute_not_exists(epoch) OR epoch = :prev": a breaker never written
+// has epoch 0, exactly as Load reports it. The override item is not
+// touched; the snapshot returned carries it, read with one eventually
+// consistent GetItem after the update. On a conflict the refusal carries
+// the state item as it stands (ReturnValuesOnConditionCheckFailure
+// ALL_OLD), which is returned with breaker.ErrConflict.
+//
+// The SDK may retry the update after an attempt whose answer was lost; the
+// retry then finds the epoch moved, to exactly next. Transition reports
+// that as the success it is, not as a conflict (an identical transition
+// decided by another environment at the same time is reported the same
+// way). An error wrapping breaker.ErrStore returned after the update was
+// sent leaves it unknown whether the transition happened; Load tells.
+func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
+	key, expr, err := transitionExpression(name, prevEpoch, next)
+	if err != nil {
+		return breaker.Snapshot{}, s.fail("Transition", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return breaker.Snapshot{}, s.fail("Transition", name, err)
+	}
+	done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
+	out, err := answer(s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 keyAttr(key),
+		UpdateExpression:                    expr.Update(),
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}))
+	done(err)
+	var conflict error
+	var attrs map[string]types.AttributeValue
+	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		if !errors.As(err, &ccf) {
+			return breaker.Snapshot{}, s.fail("Transition", name, fmt.Errorf("UpdateItem: %w", err))
+		}
+		attrs = ccf.Item
+	} else {
+		attrs = out.Attributes
+	}
+	snap, derr := decodeState(key, attrs)
+	if derr != nil {
+		return breaker.Snapshot{}, s.fail("Transition", name, derr)
+	}
+	if err != nil {
+		switch {
+		case snap.Epoch == prevEpoch:
+			// The condition failed, yet the item holds the expected epoch:
+			// only a malformed epoch can do that, and decodeState accepted it.
+			return breaker.Snapshot{}, s.fail("Transition", name, fmt.Errorf("UpdateItem refused epoch %d although the item holds it: %w", prevEpoch, err))
+		case sameState(snap, next):
+			// The item holds exactly next: this write was applied by an
+			// attempt whose answer was lost, and the SDK's retry found it
+			// done (or another environment decided the very same
+			// transition). Either way next is stored: not a conflict.
+		default:
+			conflict = fmt.Errorf("herdguard: dynamo: breaker %q: epoch is %d, not %d: %w", name, snap.Epoch, prevEpoch, breaker.ErrConflict)
+		}
+	}
+	if snap.Override, snap.OverrideUntil, err = s.readOverride(ctx, name); err != nil {
+		return breaker.Snapshot{}, s.fail("Transition", name, err)
+	}
+	return snap, conflict
+}
+
+// transitionExpression validates Transition's arguments and builds its key
+// and expressions.
+func transitionExpression(name string, prevEpoch uint64, next breaker.Snapshot) (string, expression.Expression, error) {
+	var none expression.Expression
+	if err := budget.ValidateName(name); err != nil {
+		return "", none, err
+	}
+	if prevEpoch >= maxEpoch || next.Epoch != prevEpoch+1 {
+		return "", none, fmt.Errorf("next epoch %d must be previous epoch %d + 1 (and below %d)", next.Epoch, prevEpoch, uint64(maxEpoch))
+	}
+	if _, ok := parseState(next.State.String()); !ok {
+		return "", none, fmt.Errorf("next state %s is not closed, open or half-open", next.State)
+	}
+	if next.Reopens < 0 || int64(next.Reopens) > maxReopens {
+		return "", none, fmt.Errorf("next reopens %d must be in [0, %d]", next.Reopens, maxReopens)
+	}
+	epoch := expression.Name(attrEpoch)
+	update := expression.
+		Set(expression.Name(attrState), stringValue(next.State.String())).
+		Set(epoch, uintValue(next.Epoch)).
+		Set(expression.Name(attrReopens), numberValue(int64(next.Reopens)))
+	if next.OpenUntil.IsZero() {
+		update = update.Remove(expression.Name(attrOpenUntil))
+	} else {
+		ms, err := unixMilli("next open-until", next.OpenUntil)
+		if err != nil {
+			return "", none, err
+		}
+		update = update.Set(expression.Name(attrOpenUntil), numberValue(ms))
+	}
+	cond := epoch.Equal(uintValue(prevEpoch))
+	if prevEpoch == 0 {
+		cond = expression.Or(epoch.AttributeNotExists(), cond)
+	}
+	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(cond).Build()
+	if err != nil {
+		return "", none, fmt.Errorf("building the update expression: %w", err)
+	}
+	return stateKey(name), expr, nil
+}
+
+// readOverride reads the override item with an eventually consistent
+// GetItem.
+func (s *BreakerStore) readOverride(ctx context.Context, name string) (breaker.Override, time.Time, error) {
+	key := overrideKey(name)
+	if err := ctx.Err(); err != nil {
+		return breaker.NoOverride, time.Time{}, err
+	}
+	done := s.counters.instrument(s.cfg.OnRequest, opRead, "GetItem", key)
+	out, err := answer(s.api.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.table),
+		Key:            keyAttr(key),
+		ConsistentRead: aws.Bool(false),
+	}))
+	done(err)
+	if err != nil {
+		return breaker.NoOverride, time.Time{}, fmt.Errorf("GetItem: %w", err)
+	}
+	return decodeOverride(key, out.Item)
+}
+
+// AcquireProbe tries the probe slot items "c#<name>#p#<slot>" for slot in
+// [0, limit), starting at a random one, each with one UpdateItem
+//
+//	SET epoch = :epoch, lease_until = :leaseUntilMs, expires = :expires
+//
+// conditioned on the slot being free:
+//
+//	attribute_not_exists(pk) OR NOT attribute_type(epoch, N) OR epoch <> :epoch
+//	OR NOT attribute_type(lease_until, N) OR lease_until < :nowMs
+//
+// (a slot item that does not hold a well-typed lease of this epoch does not
+// hold a lease at all). The first write that succeeds returns its slot; when
+// every write is refused, AcquireProbe returns breaker.ErrProbeDenied.
+// Leases compare the clocks of different environments, so a lease may end
+// early or late by their skew.
+func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint64, limit int, now, leaseUntil time.Time) (int, error) {
+	expr, err := probeExpression(name, epoch, limit, now, leaseUntil)
+	if err != nil {
+		return -1, s.fail("AcquireProbe", name, err)
+	}
+	if limit == 0 {
+		return -1, fmt.Errorf("herdguard: dynamo: breaker %q: probe limit is 0: %w", name, breaker.ErrProbeDenied)
+	}
+	start := int(s.cfg.Rand() * float64(limit))
+	if start < 0 || start >= limit {
+		start = 0
+	}
+	for i := range limit {
+		slot := (start + i) % limit
+		key := probeKey(name, slot)
+		if err := ctx.Err(); err != nil {
+			return -1, s.fail("AcquireProbe", name, err)
+		}
+		done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
+		_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.table),
+			Key:                       keyAttr(key),
+			UpdateExpression:          expr.Update(),
+			ConditionExpression:       expr.Condition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		})
+		done(err)
+		if err == nil {
+			return slot, nil
+		}
+		if ccf := (*types.ConditionalCheckFailedException)(nil); !errors.As(err, &ccf) {
+			return -1, s.fail("AcquireProbe", name, fmt.Errorf("UpdateItem %s: %w", key, err))
+		}
+	}
+	return -1, fmt.Errorf("herdguard: dynamo: breaker %q: all %d probe slots of epoch %d are leased: %w", name, limit, epoch, breaker.ErrProbeDenied)
+}
+
+// probeExpression validates AcquireProbe's arguments and builds the
+// expressions every slot's update shares.
+func probeExpression(name string, epoch uint64, limit int, now, leaseUntil time.Time) (expression.Expression, error) {
+	var none expression.Expression
+	if err := budget.ValidateName(name); err != nil {
+		return none, err
+	}
+	if epoch > maxEpoch {
+		return none, fmt.Errorf("epoch %d above %d", epoch, uint64(maxEpoch))
+	}
+	if limit < 0 || limit > MaxProbeSlots {
+		return none, fmt.Errorf("probe limit %d must be in [0, %d]", limit, MaxProbeSlots)
+	}
+	nowMs, err := unixMilli("now", now)
+	if err != nil {
+		return none, err
+	}
+	leaseMs, err := unixMilli("lease end", leaseUntil)
+	if err != nil {
+		return none, err
+	}
+	if leaseMs <= nowMs {
+		return none, fmt.Errorf("lease end %s is not after now %s", leaseUntil.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	}
+	exp, err := ttlSeconds("lease end", leaseUntil.Add(cleanupGrace))
+	if err != nil {
+		return none, err
+	}
+	e, l := expression.Name(attrEpoch), expression.Name(attrLeaseUntil)
+	update := expression.
+		Set(e, uintValue(epoch)).
+		Set(l, numberValue(leaseMs)).
+		Set(expression.Name(attrExpires), numberValue(exp))
+	cond := expression.Or(
+		expression.Name(attrPK).AttributeNotExists(),
+		e.AttributeType(expression.Number).Not(),
+		e.NotEqual(uintValue(epoch)),
+		l.AttributeType(expression.Number).Not(),
+		l.LessThan(numberValue(nowMs)),
+	)
+	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(cond).Build()
+	if err != nil {
+		return none, fmt.Errorf("building the update expression: %w", err)
+	}
+	return expr, nil
+}
+
+// SetOverride writes the override item "c#<name>#override" with one
+// PutItem: {override: o.String(), until: Unix ms if until is not zero}.
+// NoOverride is written as "none" without an end, which reads like a
+// missing item. An override with an end also gets a TTL a day past it.
+func (s *BreakerStore) SetOverride(ctx context.Context, name string, o breaker.Override, until time.Time) error {
+	it, err := overrideItem(name, o, until)
+	if err != nil {
+		return s.fail("SetOverride", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return s.fail("SetOverride", name, err)
+	}
+	key := overrideKey(name)
+	done := s.counters.instrument(s.cfg.OnRequest, opWrite, "PutItem", key)
+	_, err = s.api.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: it})
+	done(err)
+	if err != nil {
+		return s.fail("SetOverride", name, fmt.Errorf("PutItem: %w", err))
+	}
+	return nil
+}
+
+// overrideItem validates SetOverride's arguments and builds the item.
+func overrideItem(name string, o breaker.Override, until time.Time) (map[string]types.AttributeValue, error) {
+	if err := budget.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if _, err := breaker.ParseOverride(o.String()); err != nil {
+		return nil, err
+	}
+	it := map[string]types.AttributeValue{
+		attrPK:       &types.AttributeValueMemberS{Value: overrideKey(name)},
+		attrOverride: &types.AttributeValueMemberS{Value: o.String()},
+	}
+	if !until.IsZero() && o != breaker.NoOverride {
+		ms, err := unixMilli("override end", until)
+		if err != nil {
+			return nil, err
+		}
+		exp, err := ttlSeconds("override end", until.Add(cleanupGrace))
+		if err != nil {
+			return nil, err
+		}
+		it[attrUntil] = &types.AttributeValueMemberN{Value: strconv.FormatInt(ms, 10)}
+		it[attrExpires] = &types.AttributeValueMemberN{Value: strconv.FormatInt(exp, 10)}
+	}
+	return it, nil
+}
+
+// decodeState decodes a state item; nil attrs (no item) is the zero
+// Snapshot.
+func decodeState(key string, attrs map[string]types.AttributeValue) (breaker.Snapshot, error) {
+	var snap breaker.Snapshot
+	if attrs == nil {
+		return snap, nil
+	}
+	it := item{key: key, attrs: attrs}
+	st, ok, err := it.str(attrState)
+	switch {
+	case err != nil:
+		return snap, err
+	case !ok:
+		return snap, it.malformed(attrState, "is missing")
+	}
+	if snap.State, ok = parseState(st); !ok {
+		return snap, it.malformed(attrState, "is %q, want \"closed\", \"open\" or \"half-open\"", st)
+	}
+	epoch, err := it.requiredInt64In(attrEpoch, 0, maxEpoch)
+	if err != nil {
+		return snap, err
+	}
+	snap.Epoch = uint64(epoch)
+	reopens, _, err := it.int64In(attrReopens, 0, maxReopens)
+	if err != nil {
+		return snap, err
+	}
+	snap.Reopens = int(reopens)
+	if snap.OpenUntil, err = it.unixMilli(attrOpenUntil); err != nil {
+		return snap, err
+	}
+	return snap, nil
+}
+
+// decodeOverride decodes an override item; nil attrs (no item) is
+// NoOverride.
+func decodeOverride(key string, attrs map[string]types.AttributeValue) (breaker.Override, time.Time, error) {
+	if attrs == nil {
+		return breaker.NoOverride, time.Time{}, nil
+	}
+	it := item{key: key, attrs: attrs}
+	s, ok, err := it.str(attrOverride)
+	switch {
+	case err != nil:
+		return breaker.NoOverride, time.Time{}, err
+	case !ok:
+		return breaker.NoOverride, time.Time{}, it.malformed(attrOverride, "is missing")
+	}
+	o, perr := breaker.ParseOverride(s)
+	if perr != nil {
+		return breaker.NoOverride, time.Time{}, it.malformed(attrOverride, "is %q, want \"none\", \"force-open\", \"force-closed\" or \"disabled\"", s)
+	}
+	until, err := it.unixMilli(attrUntil)
+	if err != nil {
+		return breaker.NoOverride, time.Time{}, err
+	}
+	return o, until, nil
+}
+
+// decodeTally decodes a fleet window item; nil attrs (no item) is the zero
+// Tally.
+func decodeTally(key string, attrs map[string]types.AttributeValue) (breaker.Tally, error) {
+	var t breaker.Tally
+	if attrs == nil {
+		return t, nil
+	}
+	it := item{key: key, attrs: attrs}
+	var err error
+	if t.Successes, _, err = it.int64In(attrSuccesses, 0, 1<<63-1); err != nil {
+		return t, err
+	}
+	if t.Failures, _, err = it.int64In(attrFailures, 0, 1<<63-1); err != nil {
+		return t, err
+	}
+	envs, err := it.stringSet(attrEnvs)
+	if err != nil {
+		return t, err
+	}
+	t.Reporters = len(envs)
+	return t, nil
+}
+
+// sameState reports whether the stored state a is next as Transition
+// writes it (times to the millisecond; the override is not part of it).
+func sameState(a, next breaker.Snapshot) bool {
+	return a.State == next.State && a.Epoch == next.Epoch && a.Reopens == next.Reopens &&
+		a.OpenUntil.UnixMilli() == next.OpenUntil.UnixMilli()
+}
+
+// parseState is the inverse of breaker.State.String for the three states.
+func parseState(s string) (breaker.State, bool) {
+	for _, st := range []breaker.State{breaker.Closed, breaker.Open, breaker.HalfOpen} {
+		if s == st.String() {
+			return st, true
+		}
+	}
+	return breaker.Closed, false
+}
+
+// uintValue is an expression value holding the integer v.
+func uintValue(v uint64) expression.ValueBuilder {
+	return expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatUint(v, 10)})
+}

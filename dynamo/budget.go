@@ -1,0 +1,194 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/herdguard/herdguard/budget"
+)
+
+// BudgetStoreConfig holds a BudgetStore's optional settings. The zero value
+// is ready to use.
+type BudgetStoreConfig struct {
+	// OnRequest, if not nil, is called after every DynamoDB request the
+	// store makes, on the caller's goroutine: wire it to metrics to see the
+	// table's latency and errors. It must be fast and must not block.
+	OnRequest func(RequestInfo)
+}
+
+// BudgetStore is a budget.Store in a DynamoDB table: every Apply is one
+// conditional UpdateItem on the window shard's item. It is safe for
+// concurrent use and holds no lock.
+type BudgetStore struct {
+	api      API
+	table    string
+	cfg      BudgetStoreConfig
+	counters counters
+}
+
+var _ budget.Store = (*BudgetStore)(nil)
+
+// NewBudgetStore returns a store that keeps budget allowances in table,
+// which must have the layout CreateTable creates.
+func NewBudgetStore(api API, table string, cfg BudgetStoreConfig) (*BudgetStore, error) {
+	if api == nil {
+		return nil, errors.New("herdguard: dynamo: NewBudgetStore: api is nil")
+	}
+	if err := validateTableName(table); err != nil {
+		return nil, fmt.Errorf("herdguard: dynamo: NewBudgetStore: %w", err)
+	}
+	return &BudgetStore{api: api, table: table, cfg: cfg}, nil
+}
+
+// Stats returns the store's cumulative request counts.
+func (s *BudgetStore) Stats() Stats { return s.counters.stats() }
+
+// Reads returns Stats().Reads. With Writes it matches the counters of
+// package local's stores, so that a simulation can count either.
+func (s *BudgetStore) Reads() int64 { return s.counters.reads.Load() }
+
+// Writes returns Stats().Writes.
+func (s *BudgetStore) Writes() int64 { return s.counters.writes.Load() }
+
+// Apply performs u on the item for k with one UpdateItem:
+//
+//	SET allowance = if_not_exists(allowance, :floor) + :delta, expires = :expires
+//
+// where delta = Deposit - Take, conditioned so that the result cannot be
+// negative. With need = Take - Deposit, the condition is
+//
+//	allowance BETWEEN :lo AND :max
+//
+// where lo = max(need, 0) and max = MaxAmount, preceded by
+// "attribute_not_exists(allowance) OR" when the Floor alone covers need.
+// The upper bound and the type check BETWEEN implies make a malformed item
+// fail the condition too. A refusal (ConditionalCheckFailedException)
+// carries the item as it stands, so the allowance returned with
+// budget.ErrInsufficient costs no extra read, and a malformed item is
+// reported as a *MalformedItemError.
+//
+// Any other error (timeout, throttling, a malformed item, invalid
+// arguments) is returned with context; the update may or may not have been
+// applied.
+func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) (int64, error) {
+	key, err := budgetKey(k)
+	if err != nil {
+		return 0, fmt.Errorf("herdguard: dynamo: budget store: %w", err)
+	}
+	expr, err := applyExpression(u)
+	if err != nil {
+		return 0, fmt.Errorf("herdguard: dynamo: budget %s: %w", k, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("herdguard: dynamo: budget %s: %w", k, err)
+	}
+	done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
+	out, err := answer(s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 keyAttr(key),
+		UpdateExpression:                    expr.Update(),
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}))
+	done(err)
+	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		if !errors.As(err, &ccf) {
+			return 0, fmt.Errorf("herdguard: dynamo: budget %s: UpdateItem: %w", k, err)
+		}
+		// Refused: the item as it stands came with the exception.
+		old, err := allowanceOf(key, ccf.Item, u.Floor)
+		if err != nil {
+			return 0, s.counters.countMalformed(err)
+		}
+		if u.Take <= u.Deposit {
+			// Only the type check can refuse such an update, and the item
+			// passed it: DynamoDB and this code disagree.
+			return 0, fmt.Errorf("herdguard: dynamo: budget %s: an update that cannot go negative was refused (allowance %d)", k, old)
+		}
+		return old, fmt.Errorf("herdguard: dynamo: budget %s holds %d, the update needs %d: %w", k, old, u.Take-u.Deposit, budget.ErrInsufficient)
+	}
+	now, err := allowanceOf(key, out.Attributes, -1)
+	if err != nil {
+		return 0, s.counters.countMalformed(err)
+	}
+	return now, nil
+}
+
+// applyExpression builds the update and condition of Apply.
+func applyExpression(u budget.Update) (expression.Expression, error) {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"Floor", u.Floor}, {"Deposit", u.Deposit}, {"Take", u.Take}} {
+		if f.v < 0 || f.v > MaxAmount {
+			return expression.Expression{}, fmt.Errorf("update %s is %d, want [0, %d]", f.name, f.v, MaxAmount)
+		}
+	}
+	exp, err := ttlSeconds("update Expires", u.Expires)
+	if err != nil {
+		return expression.Expression{}, err
+	}
+	allowance := expression.Name(attrAllowance)
+	update := expression.
+		Set(allowance, expression.Plus(allowance.IfNotExists(numberValue(u.Floor)), numberValue(u.Deposit-u.Take))).
+		Set(expression.Name(attrExpires), numberValue(exp))
+
+	// The stored allowance must cover need and be a sane number: a value
+	// of another type, or outside [0, MaxAmount], fails the condition, so
+	// that the refusal brings the item back and it is reported as
+	// malformed instead of being granted from. A missing allowance stands
+	// for the floor.
+	need := u.Take - u.Deposit
+	cond := allowance.Between(numberValue(max(need, 0)), numberValue(MaxAmount))
+	if u.Floor >= need {
+		cond = expression.Or(allowance.AttributeNotExists(), cond)
+	}
+	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(cond).Build()
+	if err != nil {
+		return expression.Expression{}, fmt.Errorf("building the update expression: %w", err)
+	}
+	return expr, nil
+}
+
+// allowanceOf decodes a budget item's allowance. A missing item or
+// attribute stands for floor; floor < 0 means the attribute must be there
+// (the item was just written).
+func allowanceOf(key string, attrs map[string]types.AttributeValue, floor int64) (int64, error) {
+	it := item{key: key, attrs: attrs}
+	v, ok, err := it.int64In(attrAllowance, 0, MaxAmount)
+	switch {
+	case err != nil:
+		return 0, err
+	case !ok && floor < 0:
+		return 0, it.malformed(attrAllowance, "is missing after an update")
+	case !ok:
+		return floor, nil
+	}
+	return v, nil
+}
+
+// numberValue is an expression value holding the integer v.
+func numberValue(v int64) expression.ValueBuilder {
+	return expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)})
+}
+
+// stringValue is an expression value holding the string v.
+func stringValue(v string) expression.ValueBuilder {
+	return expression.Value(&types.AttributeValueMemberS{Value: v})
+}
+
+// keyAttr is the key of the item whose partition key is pk.
+func keyAttr(pk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrPK: &types.AttributeValueMemberS{Value: pk}}
+}

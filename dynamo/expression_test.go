@@ -1,0 +1,314 @@
+package dynamo
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
+)
+
+var placeholder = regexp.MustCompile(`[#:][A-Za-z0-9_]+`)
+
+// render substitutes an expression's name and value placeholders, so that
+// a test can compare it with the expression the documentation shows. It
+// does not evaluate anything.
+func render(t *testing.T, s *string, expr expression.Expression) string {
+	t.Helper()
+	used := map[string]bool{}
+	out := placeholder.ReplaceAllStringFunc(aws.ToString(s), func(p string) string {
+		used[p] = true
+		if p[0] == '#' {
+			n, ok := expr.Names()[p]
+			if !ok {
+				t.Fatalf("expression %q uses the undefined name %s", aws.ToString(s), p)
+			}
+			return n
+		}
+		v, ok := expr.Values()[p]
+		if !ok {
+			t.Fatalf("expression %q uses the undefined value %s", aws.ToString(s), p)
+		}
+		switch v := v.(type) {
+		case *types.AttributeValueMemberN:
+			return v.Value
+		case *types.AttributeValueMemberS:
+			return strconv.Quote(v.Value)
+		case *types.AttributeValueMemberSS:
+			return fmt.Sprintf("SS%q", v.Value)
+		default:
+			t.Fatalf("unexpected value type %T", v)
+			return ""
+		}
+	})
+	return strings.Join(strings.Fields(out), " ")
+}
+
+// renderAll renders the update and the condition of expr.
+func renderAll(t *testing.T, expr expression.Expression) (update, cond string) {
+	t.Helper()
+	update = render(t, expr.Update(), expr)
+	cond = render(t, expr.Condition(), expr)
+	// Every placeholder defined is used by one of them (DynamoDB refuses
+	// unused ones).
+	all := aws.ToString(expr.Update()) + " " + aws.ToString(expr.Condition())
+	for p := range expr.Names() {
+		if !strings.Contains(all, p) {
+			t.Fatalf("name placeholder %s unused in %q", p, all)
+		}
+	}
+	for p := range expr.Values() {
+		if !regexp.MustCompile(regexp.QuoteMeta(p) + `\b`).MatchString(all) {
+			t.Fatalf("value placeholder %s unused in %q", p, all)
+		}
+	}
+	return update, cond
+}
+
+func TestApplyExpression(t *testing.T) {
+	exp := time.UnixMilli(1_700_000_020_001) // TTL rounds up to 1700000021
+	const max = "9007199254740992"
+	for _, c := range []struct {
+		u          budget.Update
+		update     string
+		conditions string
+	}{
+		{ // the floor covers the take: a missing item may be created
+			budget.Update{Floor: 5, Take: 1, Expires: exp},
+			"SET allowance = if_not_exists(allowance, 5) + -1, expires = 1700000021",
+			"(attribute_not_exists (allowance)) OR (allowance BETWEEN 1 AND " + max + ")",
+		},
+		{ // it does not: only an existing allowance can pay
+			budget.Update{Floor: 2, Deposit: 1, Take: 4, Expires: exp},
+			"SET allowance = if_not_exists(allowance, 2) + -3, expires = 1700000021",
+			"allowance BETWEEN 3 AND " + max,
+		},
+		{ // a deposit only checks that the stored allowance is sane
+			budget.Update{Floor: 5, Deposit: 3, Expires: exp},
+			"SET allowance = if_not_exists(allowance, 5) + 3, expires = 1700000021",
+			"(attribute_not_exists (allowance)) OR (allowance BETWEEN 0 AND " + max + ")",
+		},
+		{ // a deposit covering the take likewise
+			budget.Update{Deposit: 3, Take: 3, Expires: exp},
+			"SET allowance = if_not_exists(allowance, 0) + 0, expires = 1700000021",
+			"(attribute_not_exists (allowance)) OR (allowance BETWEEN 0 AND " + max + ")",
+		},
+	} {
+		e, err := applyExpression(c.u)
+		if err != nil {
+			t.Fatalf("applyExpression(%+v): %v", c.u, err)
+		}
+		if up, cond := renderAll(t, e); up != c.update || cond != c.conditions {
+			t.Errorf("applyExpression(%+v) =\n  %s\n  %s\nwant\n  %s\n  %s", c.u, up, cond, c.update, c.conditions)
+		}
+	}
+}
+
+func TestApplyExpressionRejects(t *testing.T) {
+	exp := time.UnixMilli(1_700_000_000_000)
+	for _, c := range []struct {
+		u    budget.Update
+		want string
+	}{
+		{budget.Update{Floor: -1, Expires: exp}, "Floor is -1"},
+		{budget.Update{Deposit: -1, Expires: exp}, "Deposit is -1"},
+		{budget.Update{Take: -1, Expires: exp}, "Take is -1"},
+		{budget.Update{Take: MaxAmount + 1, Expires: exp}, "Take is 9007199254740993"},
+		{budget.Update{Take: 1}, "Expires is the zero time"},
+		{budget.Update{Take: 1, Expires: time.UnixMilli(-1000)}, "outside the years"},
+	} {
+		if _, err := applyExpression(c.u); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("applyExpression(%+v) error = %v, want one containing %q", c.u, err, c.want)
+		}
+	}
+}
+
+func TestReportExpression(t *testing.T) {
+	w := time.UnixMilli(1_700_000_000_000)
+	key, e, err := reportExpression("payments", w, "env-1", 1, 2, w.Add(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "c#payments#w#1700000000000" {
+		t.Errorf("key = %q", key)
+	}
+	up, cond := renderAll(t, e)
+	if want := `ADD successes 1, failures 2, envs SS["env-1"] SET expires = 1700000030`; up != want {
+		t.Errorf("update = %s\nwant     %s", up, want)
+	}
+	if want := `((attribute_not_exists (successes)) OR (attribute_type (successes, "N"))) AND ` +
+		`((attribute_not_exists (failures)) OR (attribute_type (failures, "N"))) AND ` +
+		`((attribute_not_exists (envs)) OR (attribute_type (envs, "SS")))`; cond != want {
+		t.Errorf("condition = %s\nwant        %s", cond, want)
+	}
+
+	for _, c := range []struct {
+		name, env string
+		s, f      int64
+		window    time.Time
+		want      string
+	}{
+		{"a#b", "env", 1, 1, w, "'#'"},
+		{"x", "", 1, 1, w, "environment"},
+		{"x", strings.Repeat("e", MaxEnvLen+1), 1, 1, w, "environment"},
+		{"x", "bad\xff", 1, 1, w, "environment"},
+		{"x", "env", -1, 1, w, "counts"},
+		{"x", "env", 1, -1, w, "counts"},
+		{"x", "env", MaxAmount + 1, 0, w, "counts"},
+		{"x", "env", 1, 1, time.Time{}, "window is the zero time"},
+	} {
+		if _, _, err := reportExpression(c.name, c.window, c.env, c.s, c.f, w.Add(time.Minute)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("reportExpression(%q, %q, %d, %d) error = %v, want one containing %q", c.name, c.env, c.s, c.f, err, c.want)
+		}
+	}
+	if _, _, err := reportExpression("x", w, "env", 1, 1, time.Time{}); err == nil || !strings.Contains(err.Error(), "expires is the zero time") {
+		t.Errorf("reportExpression with zero expires: error %v", err)
+	}
+}
+
+func TestTransitionExpression(t *testing.T) {
+	until := time.UnixMilli(1_700_000_020_001)
+	for _, c := range []struct {
+		prev       uint64
+		next       breaker.Snapshot
+		update     string
+		conditions string
+	}{
+		{
+			0, breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: until, Reopens: 2},
+			`SET state = "open", epoch = 1, reopens = 2, open_until = 1700000020001`,
+			"(attribute_not_exists (epoch)) OR (epoch = 0)",
+		},
+		{
+			4, breaker.Snapshot{State: breaker.Closed, Epoch: 5, Override: breaker.ForcedOpen, OverrideUntil: until},
+			`REMOVE open_until SET state = "closed", epoch = 5, reopens = 0`,
+			"epoch = 4",
+		},
+		{
+			1, breaker.Snapshot{State: breaker.HalfOpen, Epoch: 2, OpenUntil: until},
+			`SET state = "half-open", epoch = 2, reopens = 0, open_until = 1700000020001`,
+			"epoch = 1",
+		},
+	} {
+		key, e, err := transitionExpression("payments", c.prev, c.next)
+		if err != nil {
+			t.Fatalf("transitionExpression(%d, %+v): %v", c.prev, c.next, err)
+		}
+		if key != "c#payments" {
+			t.Errorf("key = %q", key)
+		}
+		// The override is never written by a transition.
+		for _, n := range e.Names() {
+			if n == attrOverride || n == attrUntil {
+				t.Errorf("transition expression names %q", n)
+			}
+		}
+		if up, cond := renderAll(t, e); up != c.update || cond != c.conditions {
+			t.Errorf("transitionExpression(%d, %+v) =\n  %s\n  %s\nwant\n  %s\n  %s", c.prev, c.next, up, cond, c.update, c.conditions)
+		}
+	}
+	for _, c := range []struct {
+		prev uint64
+		next breaker.Snapshot
+		want string
+	}{
+		{0, breaker.Snapshot{Epoch: 0}, "must be previous epoch 0 + 1"},
+		{3, breaker.Snapshot{Epoch: 5}, "must be previous epoch 3 + 1"},
+		{maxEpoch, breaker.Snapshot{Epoch: maxEpoch + 1}, "below"},
+		{1<<64 - 1, breaker.Snapshot{Epoch: 0}, "below"},
+		{0, breaker.Snapshot{Epoch: 1, State: breaker.State(7)}, "breaker.State(7)"},
+		{0, breaker.Snapshot{Epoch: 1, Reopens: -1}, "reopens -1"},
+		{0, breaker.Snapshot{Epoch: 1, OpenUntil: time.UnixMilli(-5)}, "open-until"},
+	} {
+		if _, _, err := transitionExpression("x", c.prev, c.next); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("transitionExpression(%d, %+v) error = %v, want one containing %q", c.prev, c.next, err, c.want)
+		}
+	}
+}
+
+func TestProbeExpression(t *testing.T) {
+	now := time.UnixMilli(1_700_000_020_001)
+	e, err := probeExpression("payments", 3, 2, now, now.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, cond := renderAll(t, e)
+	if want := "SET epoch = 3, lease_until = 1700000021001, expires = 1700086422"; up != want {
+		t.Errorf("update = %s\nwant     %s", up, want)
+	}
+	if want := `(attribute_not_exists (pk)) OR (NOT (attribute_type (epoch, "N"))) OR (epoch <> 3) OR ` +
+		`(NOT (attribute_type (lease_until, "N"))) OR (lease_until < 1700000020001)`; cond != want {
+		t.Errorf("condition = %s\nwant        %s", cond, want)
+	}
+	for _, c := range []struct {
+		epoch      uint64
+		limit      int
+		now, lease time.Time
+		want       string
+	}{
+		{1, -1, now, now.Add(time.Second), "probe limit -1"},
+		{1, MaxProbeSlots + 1, now, now.Add(time.Second), "probe limit 65"},
+		{maxEpoch + 1, 1, now, now.Add(time.Second), "epoch"},
+		{1, 1, now, now, "is not after now"},
+		{1, 1, now, now.Add(-time.Second), "is not after now"},
+		{1, 1, now, now.Add(time.Microsecond), "is not after now"}, // the same millisecond
+		{1, 1, time.Time{}, now, "now is the zero time"},
+	} {
+		if _, err := probeExpression("x", c.epoch, c.limit, c.now, c.lease); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("probeExpression(%d, %d, %v, %v) error = %v, want one containing %q", c.epoch, c.limit, c.now, c.lease, err, c.want)
+		}
+	}
+}
+
+func TestOverrideItem(t *testing.T) {
+	until := time.UnixMilli(1_700_003_600_000)
+	for _, c := range []struct {
+		o     breaker.Override
+		until time.Time
+		want  map[string]string
+	}{
+		{breaker.ForcedOpen, time.Time{}, map[string]string{"pk": "c#p#override", "override": "force-open"}},
+		{breaker.ForcedClosed, until, map[string]string{"pk": "c#p#override", "override": "force-closed", "until": "1700003600000", "expires": "1700090000"}},
+		{breaker.Disabled, until, map[string]string{"pk": "c#p#override", "override": "disabled", "until": "1700003600000", "expires": "1700090000"}},
+		// NoOverride has no end: it reads like a missing item.
+		{breaker.NoOverride, until, map[string]string{"pk": "c#p#override", "override": "none"}},
+	} {
+		it, err := overrideItem("p", c.o, c.until)
+		if err != nil {
+			t.Fatalf("overrideItem(%v): %v", c.o, err)
+		}
+		got := map[string]string{}
+		for k, v := range it {
+			switch v := v.(type) {
+			case *types.AttributeValueMemberS:
+				got[k] = v.Value
+			case *types.AttributeValueMemberN:
+				got[k] = v.Value
+			default:
+				t.Fatalf("attribute %s has type %T", k, v)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("overrideItem(%v, %v) = %v, want %v", c.o, c.until, got, c.want)
+		}
+		// What is written reads back as written.
+		o, u, err := decodeOverride(overrideKey("p"), it)
+		if wantUntil := c.until; err != nil || o != c.o || (c.o != breaker.NoOverride && !u.Equal(wantUntil)) {
+			t.Errorf("decodeOverride(overrideItem(%v, %v)) = %v, %v, %v", c.o, c.until, o, u, err)
+		}
+	}
+	if _, err := overrideItem("p", breaker.Override(9), time.Time{}); err == nil || !strings.Contains(err.Error(), "unknown breaker override") {
+		t.Errorf("overrideItem(Override(9)) error = %v", err)
+	}
+	if _, err := overrideItem("p", breaker.ForcedOpen, time.UnixMilli(-1)); err == nil {
+		t.Errorf("overrideItem with an end before 1970: no error")
+	}
+}

@@ -1,0 +1,130 @@
+package dynamo
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/herdguard/herdguard/budget"
+)
+
+// Attribute names. Every item has attrPK; the others are per item kind, as
+// listed in the package documentation.
+const (
+	attrPK      = "pk"      // S: the item's key, see the key functions below
+	attrExpires = "expires" // N: TTL, seconds since the Unix epoch
+
+	// budget window shard
+	attrAllowance = "allowance" // N: retries left in the shard's window
+
+	// breaker state
+	attrState     = "state"      // S: "closed", "open" or "half-open"
+	attrEpoch     = "epoch"      // N: transition counter (also on probe slots)
+	attrOpenUntil = "open_until" // N: Unix ms; absent when zero
+	attrReopens   = "reopens"    // N: consecutive openings
+
+	// breaker override
+	attrOverride = "override" // S: "none", "force-open", "force-closed" or "disabled"
+	attrUntil    = "until"    // N: Unix ms; absent when the override does not lapse
+
+	// breaker fleet window
+	attrSuccesses = "successes" // N
+	attrFailures  = "failures"  // N
+	attrEnvs      = "envs"      // SS: environments that reported into the window
+
+	// half-open probe slot
+	attrLeaseUntil = "lease_until" // N: Unix ms
+)
+
+// Key layout. Names pass budget.ValidateName, so they never contain the
+// separator '#', and the prefixes "b#" and "c#" keep budgets and breakers
+// apart: two different (kind, name, ...) tuples never map to one key.
+const (
+	sep            = "#"
+	budgetPrefix   = "b" + sep
+	breakerPrefix  = "c" + sep
+	overrideSuffix = sep + "override"
+	windowInfix    = sep + "w" + sep
+	probeInfix     = sep + "p" + sep
+)
+
+// Bounds on values the stores write or accept. Anything outside them in an
+// item is reported as a *MalformedItemError rather than trusted.
+const (
+	// MaxShards bounds budget.Key.Shard. Sizing guidance is in the package
+	// documentation; a few shards suffice for thousands of retries a second.
+	MaxShards = 1 << 10
+	// MaxProbeSlots bounds the limit passed to BreakerStore.AcquireProbe.
+	// Each slot is an item, and a denied AcquireProbe costs one write per
+	// slot, so a half-open breaker should admit a handful of probes.
+	MaxProbeSlots = 64
+	// MaxAmount bounds budget.Update's Floor, Deposit and Take, and the
+	// allowance an item may hold: 2^53 retries in one window is far beyond
+	// any real budget, so a larger stored value is reported as malformed
+	// rather than granted from.
+	MaxAmount = 1 << 53
+	// MaxEnvLen bounds the environment identifier passed to
+	// BreakerStore.Report. Each reporter adds its identifier to the window
+	// item, which DynamoDB limits to 400 KB.
+	MaxEnvLen = 256
+
+	maxEpoch     = 1 << 53         // a transition a second for 285 million years
+	maxReopens   = 1<<31 - 1       // fits any int
+	maxUnixMilli = 253402300799999 // 9999-12-31T23:59:59.999Z
+)
+
+// budgetKey returns "b#<name>#<shard>#<windowStartUnixMilli>".
+func budgetKey(k budget.Key) (string, error) {
+	if err := budget.ValidateName(k.Name); err != nil {
+		return "", err
+	}
+	if k.Shard < 0 || k.Shard >= MaxShards {
+		return "", fmt.Errorf("herdguard: dynamo: budget %q: shard %d out of range [0, %d)", k.Name, k.Shard, MaxShards)
+	}
+	ms, err := unixMilli("window", k.Window)
+	if err != nil {
+		return "", fmt.Errorf("herdguard: dynamo: budget %q: %w", k.Name, err)
+	}
+	return budgetPrefix + k.Name + sep + strconv.Itoa(k.Shard) + sep + strconv.FormatInt(ms, 10), nil
+}
+
+// stateKey returns "c#<name>"; name must be valid.
+func stateKey(name string) string { return breakerPrefix + name }
+
+// overrideKey returns "c#<name>#override"; name must be valid.
+func overrideKey(name string) string { return breakerPrefix + name + overrideSuffix }
+
+// windowKey returns "c#<name>#w#<windowStartUnixMilli>"; name must be valid
+// and ms in range.
+func windowKey(name string, ms int64) string {
+	return breakerPrefix + name + windowInfix + strconv.FormatInt(ms, 10)
+}
+
+// probeKey returns "c#<name>#p#<slot>"; name must be valid.
+func probeKey(name string, slot int) string {
+	return breakerPrefix + name + probeInfix + strconv.Itoa(slot)
+}
+
+// unixMilli converts a time the stores write into Unix milliseconds. It
+// refuses the zero time and times outside [1970, 9999], which would only
+// arise from a caller's bug.
+func unixMilli(what string, t time.Time) (int64, error) {
+	if t.IsZero() {
+		return 0, fmt.Errorf("%s is the zero time", what)
+	}
+	ms := t.UnixMilli()
+	if ms < 0 || ms > maxUnixMilli {
+		return 0, fmt.Errorf("%s %s is outside the years 1970 to 9999", what, t.Format(time.RFC3339Nano))
+	}
+	return ms, nil
+}
+
+// ttlSeconds converts an expiry into the TTL attribute's Unix seconds,
+// rounding up so that DynamoDB never deletes an item before t.
+func ttlSeconds(what string, t time.Time) (int64, error) {
+	ms, err := unixMilli(what, t)
+	if err != nil {
+		return 0, err
+	}
+	return (ms + 999) / 1000, nil
+}

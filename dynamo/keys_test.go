@@ -1,0 +1,133 @@
+package dynamo
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herdguard/herdguard/budget"
+)
+
+func TestBudgetKey(t *testing.T) {
+	w := time.UnixMilli(1_700_000_000_000)
+	for _, c := range []struct {
+		k    budget.Key
+		want string
+	}{
+		{budget.Key{Name: "payments", Shard: 0, Window: w}, "b#payments#0#1700000000000"},
+		{budget.Key{Name: "a.b-c_d:e", Shard: MaxShards - 1, Window: w.Add(10 * time.Second)}, "b#a.b-c_d:e#1023#1700000010000"},
+		{budget.Key{Name: "x", Shard: 3, Window: time.UnixMilli(0)}, "b#x#3#0"},
+		// Sub-millisecond parts and locations do not change the key.
+		{budget.Key{Name: "x", Window: w.Add(999 * time.Microsecond).In(time.FixedZone("X", 3600))}, "b#x#0#1700000000000"},
+	} {
+		got, err := budgetKey(c.k)
+		if err != nil || got != c.want {
+			t.Errorf("budgetKey(%v) = %q, %v; want %q", c.k, got, err, c.want)
+		}
+	}
+}
+
+func TestBudgetKeyRejects(t *testing.T) {
+	w := time.UnixMilli(1_700_000_000_000)
+	for _, c := range []struct {
+		k    budget.Key
+		want string // part of the error
+	}{
+		{budget.Key{Name: "", Window: w}, "empty"},
+		{budget.Key{Name: "a#b", Window: w}, "'#'"},
+		{budget.Key{Name: "a/b", Window: w}, "'/'"},
+		{budget.Key{Name: "caf\xe9", Window: w}, "character"},
+		{budget.Key{Name: "tab\tname", Window: w}, "character"},
+		{budget.Key{Name: strings.Repeat("n", budget.MaxNameLen+1), Window: w}, "bytes long"},
+		{budget.Key{Name: "x", Shard: -1, Window: w}, "shard -1"},
+		{budget.Key{Name: "x", Shard: MaxShards, Window: w}, "shard 1024"},
+		{budget.Key{Name: "x"}, "zero time"},
+		{budget.Key{Name: "x", Window: time.UnixMilli(-1)}, "outside"},
+		{budget.Key{Name: "x", Window: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, "outside"},
+	} {
+		got, err := budgetKey(c.k)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("budgetKey(%+v) = %q, %v; want an error mentioning %q", c.k, got, err, c.want)
+		}
+	}
+}
+
+// TestKeysNeverCollide builds the keys of many kinds and names, including
+// names that look like the layout's own suffixes, and checks that no two
+// distinct (kind, name, ...) tuples share a key.
+func TestKeysNeverCollide(t *testing.T) {
+	names := []string{"a", "b", "ab", "a:b", "override", "w", "p", "0", "a.override", "c", "b.0", "payments"}
+	windows := []int64{0, 1, 10, 1_700_000_000_000}
+	seen := map[string]string{}
+	add := func(key, what string) {
+		if prev, ok := seen[key]; ok {
+			t.Fatalf("key %q for %s and for %s", key, prev, what)
+		}
+		seen[key] = what
+	}
+	for _, n := range names {
+		add(stateKey(n), "state "+n)
+		add(overrideKey(n), "override "+n)
+		for _, w := range windows {
+			add(windowKey(n, w), "window "+n)
+			for shard := range 3 {
+				k, err := budgetKey(budget.Key{Name: n, Shard: shard, Window: time.UnixMilli(w)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				add(k, "budget "+n)
+			}
+		}
+		for slot := range 11 {
+			add(probeKey(n, slot), "probe "+n)
+		}
+	}
+	for key, what := range seen {
+		if !strings.HasPrefix(key, "b#") && !strings.HasPrefix(key, "c#") {
+			t.Errorf("key %q of %s has neither prefix", key, what)
+		}
+	}
+}
+
+func TestBreakerKeys(t *testing.T) {
+	if got := stateKey("payments"); got != "c#payments" {
+		t.Errorf("stateKey = %q", got)
+	}
+	if got := overrideKey("payments"); got != "c#payments#override" {
+		t.Errorf("overrideKey = %q", got)
+	}
+	if got := windowKey("payments", 1_700_000_000_000); got != "c#payments#w#1700000000000" {
+		t.Errorf("windowKey = %q", got)
+	}
+	if got := probeKey("payments", 2); got != "c#payments#p#2" {
+		t.Errorf("probeKey = %q", got)
+	}
+}
+
+func TestTTLSecondsRoundsUp(t *testing.T) {
+	for _, c := range []struct {
+		ms   int64
+		want int64
+	}{{0, 0}, {1, 1}, {999, 1}, {1000, 1}, {1001, 2}, {1_700_000_020_001, 1_700_000_021}} {
+		got, err := ttlSeconds("t", time.UnixMilli(c.ms))
+		if err != nil || got != c.want {
+			t.Errorf("ttlSeconds(%d ms) = %d, %v; want %d", c.ms, got, err, c.want)
+		}
+	}
+	if _, err := ttlSeconds("expiry", time.Time{}); err == nil || !strings.Contains(err.Error(), "expiry is the zero time") {
+		t.Errorf("ttlSeconds(zero) error = %v, want one naming the field", err)
+	}
+}
+
+func TestValidateTableName(t *testing.T) {
+	for _, ok := range []string{"herdguard", "abc", "a.b-c_D9", strings.Repeat("t", 255)} {
+		if err := validateTableName(ok); err != nil {
+			t.Errorf("validateTableName(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "ab", strings.Repeat("t", 256), "has space", "slash/", "hash#", "ünï"} {
+		if err := validateTableName(bad); err == nil {
+			t.Errorf("validateTableName(%q) = nil, want an error", bad)
+		}
+	}
+}

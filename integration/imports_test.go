@@ -1,0 +1,70 @@
+package integration
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImportRules keeps the dependency graph pointing one way, as
+// docs/ARCHITECTURE.md draws it: retry → budget, breaker; local, dynamo →
+// budget, breaker; and the AWS SDK only in dynamo, integration, cmd and
+// examples.
+func TestImportRules(t *testing.T) {
+	const mod = "github.com/herdguard/herdguard"
+	out, err := exec.Command("go", "list", "-deps=false", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", mod+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	// allowed lists, per top-level package, the module packages it may import.
+	allowed := map[string][]string{
+		"budget":  {"budget"},
+		"breaker": {"budget", "breaker"},
+		"local":   {"budget", "breaker"},
+		"dynamo":  {"budget", "breaker"},
+		"retry":   {"budget", "breaker"},
+	}
+	awsFree := map[string]bool{"budget": true, "breaker": true, "local": true, "retry": true}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, ":")
+		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, mod), "/")
+		top, _, _ := strings.Cut(rel, "/")
+		rules, ok := allowed[top]
+		if !ok {
+			continue // cmd, examples, integration may import anything
+		}
+		seen++
+		for _, imp := range strings.Fields(imports) {
+			if strings.HasPrefix(imp, mod+"/") {
+				impTop, _, _ := strings.Cut(strings.TrimPrefix(imp, mod+"/"), "/")
+				if !contains(rules, impTop) {
+					t.Errorf("%s imports %s: %s may only import %v", rel, imp, top, rules)
+				}
+			}
+		}
+		if awsFree[top] {
+			deps, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+			if err != nil {
+				t.Fatalf("go list -deps %s: %v\n%s", pkg, err, deps)
+			}
+			for _, d := range strings.Fields(string(deps)) {
+				if strings.HasPrefix(d, "github.com/aws/") {
+					t.Errorf("%s depends on %s: only dynamo, integration, cmd and examples may use the AWS SDK", rel, d)
+				}
+			}
+		}
+	}
+	if seen < 5 {
+		t.Fatalf("checked %d library packages, want at least 5 (budget, breaker, local, dynamo, retry)", seen)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
