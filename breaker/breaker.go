@@ -1,0 +1,657 @@
+package breaker
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/herdguard/herdguard/budget"
+)
+
+// Permit is a call admitted by Allow. Pass it to Done with the call's
+// outcome. It is a small value (no allocation); the zero Permit is never
+// valid and Done ignores it.
+type Permit struct {
+	gen   uint64    // generation the call was admitted in; 0 = invalid
+	start time.Time // Allow's now, for SlowCallThreshold
+	slot  int32     // local probe slot, for probes
+	kind  permitKind
+}
+
+type permitKind uint8
+
+const (
+	permitCall      permitKind = iota // an ordinary call, counted
+	permitProbe                       // a half-open probe
+	permitUncounted                   // admitted by a disabled breaker: not counted
+)
+
+// Probe reports whether the permit is a half-open probe, whose outcome
+// closes or re-opens the breaker.
+func (p Permit) Probe() bool { return p.kind == permitProbe }
+
+// Start returns the time passed to the Allow that issued the permit.
+func (p Permit) Start() time.Time { return p.start }
+
+// The state word packs the generation with the flags that send a call off
+// the lock-free path. It is written only with mu held.
+const (
+	genShift = 8
+	// flagSlowAllow: Allow cannot admit lock-free (not closed, or an
+	// override is in force).
+	flagSlowAllow uint64 = 1 << 0
+	// flagSlowDone: Done must take the lock even for a success (the
+	// above, or fleet counts are being gathered for a report).
+	flagSlowDone uint64 = 1 << 1
+)
+
+// maxAllowRounds bounds the store round trips one Allow may make.
+const maxAllowRounds = 4
+
+// Breaker is a circuit breaker. Create one with New; it is safe for
+// concurrent use. On the healthy path (closed, no override, fresh fleet
+// state) Allow and Done take no lock, make no Store call and do not
+// allocate.
+type Breaker struct {
+	// Immutable after New.
+	name  string
+	s     Settings // resolved: every default filled in
+	store Store
+	rand  func() float64
+
+	// Lock-free state, read on the closed path.
+	word       atomic.Uint64 // gen<<genShift | flags; written with mu held
+	staleAt    atomic.Int64  // shared: Unix ns at which the fleet state must be reloaded
+	refreshing atomic.Bool   // shared: a Load is in flight
+	win        *window
+	consecSucc atomic.Int64
+	consecFail atomic.Int64
+
+	mu sync.Mutex
+	// Guarded by mu. Invariants: gen is the generation in word; it changes
+	// whenever the state machine or an override changes, and every change
+	// of gen resets the window, the consecutive counts, the probe slots and
+	// the pending fleet counts. In shared mode, unless degraded, state,
+	// openUntil and reopens mirror snap.
+	gen       uint64
+	state     State
+	openUntil time.Time
+	reopens   int
+	probes    []time.Time // lease end of each local probe slot; zero = free
+	override  Override    // local operator override
+	lastEff   State       // state last announced to OnStateChange
+	lastOv    Override    // override in force when lastEff was announced
+	lastNow   time.Time   // latest time seen, for methods without a now
+	events    []event     // OnStateChange calls to make once mu is released
+
+	// Shared mode only.
+	snap             Snapshot  // fleet state last read or written
+	degraded         bool      // the store failed: the local state machine decides
+	halfOpenBusy     bool      // an Open→HalfOpen transition is in flight
+	probeDeniedUntil time.Time // do not ask for a probe slot before this
+	batch            fleetBatch
+	prev             fleetBatch // the previous fleet window's unreported remainder
+	reportBusy       bool       // a Report is in flight
+	lastReport       time.Time
+}
+
+// fleetBatch is this environment's not yet reported counts for one fleet
+// window.
+type fleetBatch struct {
+	window    int64 // first slot number of the fleet window
+	successes int64
+	failures  int64
+	active    bool // gathering: this environment saw a failure in the window
+}
+
+type event struct {
+	from, to State
+	before   Counts
+}
+
+// New returns a closed breaker. name identifies it in a Store and in
+// errors; it must pass budget.ValidateName. New returns a *SettingsError
+// naming the field when s is invalid.
+func New(name string, s Settings) (*Breaker, error) {
+	if err := budget.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("herdguard: breaker name: %w", err)
+	}
+	rs, err := s.resolve()
+	if err != nil {
+		return nil, err
+	}
+	b := &Breaker{
+		name:   name,
+		s:      rs,
+		store:  rs.Store,
+		rand:   rs.Rand,
+		win:    newWindow(int64(rs.Window)/int64(rs.WindowSlots), rs.WindowSlots),
+		probes: make([]time.Time, rs.HalfOpenProbes),
+		gen:    1,
+	}
+	if b.rand == nil {
+		b.rand = rand.Float64
+	}
+	b.publishLocked(time.Time{})
+	return b, nil
+}
+
+// Name returns the breaker's name.
+func (b *Breaker) Name() string { return b.name }
+
+// Allow asks whether a call may go now. It returns a Permit to pass to
+// Done, or an *OpenError (errors.Is(err, ErrOpen)) whose RetryAfter is the
+// time until the next probe may go.
+//
+// In shared mode Allow may call the Store, each call bounded by
+// StoreTimeout and ctx: to reload a stale fleet state (one caller per
+// CacheTTL; the others use the stale state meanwhile), or, once the open
+// duration has passed, to move the fleet to half-open and take a probe
+// slot.
+func (b *Breaker) Allow(ctx context.Context, now time.Time) (Permit, error) {
+	w := b.word.Load()
+	if w&flagSlowAllow == 0 {
+		t := now.UnixNano()
+		if b.store == nil || t < b.staleAt.Load() {
+			b.win.addRequest(t)
+			return Permit{gen: w >> genShift, start: now}, nil
+		}
+	}
+	return b.allowSlow(ctx, now)
+}
+
+// Done records the outcome of a call admitted by Allow; now is when it
+// ended. A success slower than SlowCallThreshold counts as a failure;
+// Excluded counts in Counts.Excluded only. A permit issued before the
+// latest state change (an older generation) is ignored, as is the zero
+// Permit. Done never returns an error: a Store fault is reported through
+// OnStoreError and handled as described in the package documentation.
+func (b *Breaker) Done(ctx context.Context, now time.Time, p Permit, o Outcome) {
+	if p.gen == 0 || p.kind == permitUncounted {
+		return
+	}
+	w := b.word.Load()
+	if w&flagSlowDone == 0 && p.gen == w>>genShift && p.kind == permitCall {
+		switch o {
+		case Success:
+			if b.s.SlowCallThreshold == 0 || now.Sub(p.start) <= b.s.SlowCallThreshold {
+				b.win.add(now.UnixNano(), Success)
+				b.consecSucc.Add(1)
+				if b.consecFail.Load() != 0 {
+					b.consecFail.Store(0)
+				}
+				return
+			}
+		case Excluded:
+			b.win.add(now.UnixNano(), Excluded)
+			return
+		}
+	}
+	b.doneSlow(ctx, now, p, o)
+}
+
+// State returns the state as of now: the state an Allow at now would start
+// from, overrides included (ForceOpen reads as Open, ForceClose and
+// Disable as Closed). An open breaker whose open duration has passed reads
+// as HalfOpen. State makes no Store call.
+func (b *Breaker) State(now time.Time) State {
+	b.mu.Lock()
+	b.observeLocked(now)
+	b.advanceLocked(now)
+	b.syncEffectiveLocked(now)
+	st := b.effectiveLocked(now)
+	if ov, _ := b.overrideLocked(now); ov == NoOverride && st == Open && !now.Before(b.openUntil) {
+		st = HalfOpen // shared: the fleet moves on at the next Allow
+	}
+	evs := b.takeEventsLocked()
+	b.mu.Unlock()
+	b.fire(evs)
+	return st
+}
+
+// Counts returns the counts of the current generation in the rolling
+// window ending with the latest slot a call was counted in, and the
+// consecutive counts.
+func (b *Breaker) Counts() Counts {
+	c := b.win.rolling(b.win.latest.Load())
+	c.ConsecutiveFailures = b.consecFail.Load()
+	c.ConsecutiveSuccesses = b.consecSucc.Load()
+	return c
+}
+
+// ForceOpen makes this process reject every call (OpenError.Forced is
+// true) until ForceClose, Disable or Reset. It takes precedence over the
+// state machine and over an override in the Store, and writes nothing to
+// the Store.
+func (b *Breaker) ForceOpen() { b.setOverride(ForcedOpen) }
+
+// ForceClose makes this process admit every call until ForceOpen, Disable
+// or Reset; outcomes are still counted but never trip the breaker. It
+// takes precedence over the state machine and over an override in the
+// Store, and writes nothing to the Store.
+func (b *Breaker) ForceClose() { b.setOverride(ForcedClosed) }
+
+// Disable turns the breaker off in this process until ForceOpen,
+// ForceClose or Reset: every call is admitted and nothing is counted. It
+// takes precedence over the state machine and over an override in the
+// Store, and writes nothing to the Store.
+func (b *Breaker) Disable() { b.setOverride(Disabled) }
+
+// Reset clears this process's override and state: the breaker is closed,
+// with zero counts, in a new generation. A shared breaker also forgets its
+// cached fleet state and its degraded mode, and reloads the fleet state at
+// the next Allow. Reset writes nothing to the Store.
+func (b *Breaker) Reset() {
+	b.mu.Lock()
+	before := b.Counts()
+	b.override = NoOverride
+	b.state, b.openUntil, b.reopens = Closed, time.Time{}, 0
+	b.snap = Snapshot{}
+	b.degraded = false
+	b.lastReport = time.Time{}
+	b.newGenerationLocked()
+	b.announceLocked(b.lastNow, before)
+	b.publishLocked(b.lastNow)
+	b.staleAt.Store(0)
+	evs := b.takeEventsLocked()
+	b.mu.Unlock()
+	b.fire(evs)
+}
+
+func (b *Breaker) setOverride(o Override) {
+	b.mu.Lock()
+	before := b.Counts()
+	b.override = o
+	b.newGenerationLocked()
+	b.announceLocked(b.lastNow, before)
+	b.publishLocked(b.lastNow)
+	evs := b.takeEventsLocked()
+	b.mu.Unlock()
+	b.fire(evs)
+}
+
+// decision is what allowSlow does next.
+type decision struct {
+	permit Permit
+	err    error
+	io     allowIO
+	gen    uint64
+	epoch  uint64
+	next   Snapshot // ioHalfOpen
+	slot   int      // ioProbe: the local probe slot reserved
+}
+
+type allowIO uint8
+
+const (
+	ioNone     allowIO = iota
+	ioHalfOpen         // move the fleet from Open to HalfOpen
+	ioProbe            // take a fleet probe slot
+)
+
+func (b *Breaker) allowSlow(ctx context.Context, now time.Time) (Permit, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if b.store != nil && now.UnixNano() >= b.staleAt.Load() {
+		b.refresh(ctx, now)
+	}
+	for round := 0; ; round++ {
+		b.mu.Lock()
+		b.observeLocked(now)
+		b.advanceLocked(now)
+		b.syncEffectiveLocked(now)
+		var d decision
+		if round < maxAllowRounds {
+			d = b.decideLocked(now)
+		} else { // the fleet state kept moving under this call: give up on it
+			d.err = b.openError(max(b.effectiveLocked(now), Open), b.s.CacheTTL, false)
+		}
+		evs := b.takeEventsLocked()
+		b.mu.Unlock()
+		b.fire(evs)
+
+		switch d.io {
+		case ioNone:
+			return d.permit, d.err
+		case ioHalfOpen:
+			_ = b.runTransition(ctx, now, job{op: opTransition, gen: d.gen, from: Open, epoch: d.epoch, next: d.next, clearBusy: true})
+			if ctx.Err() != nil { // the caller cannot wait for a probe slot
+				return Permit{}, b.openError(HalfOpen, b.s.CacheTTL, false)
+			}
+		case ioProbe:
+			if p, done, err := b.acquireProbe(ctx, now, d); done {
+				return p, err
+			}
+		}
+	}
+}
+
+// decideLocked admits, rejects, or names the store call needed to decide.
+func (b *Breaker) decideLocked(now time.Time) decision {
+	ov, until := b.overrideLocked(now)
+	switch ov {
+	case ForcedOpen:
+		var wait time.Duration
+		if !until.IsZero() {
+			wait = until.Sub(now)
+		}
+		return decision{err: b.openError(Open, wait, true)}
+	case Disabled:
+		return decision{permit: Permit{gen: b.gen, start: now, kind: permitUncounted}}
+	case ForcedClosed:
+		return b.admitLocked(now)
+	}
+
+	switch b.state {
+	case Closed:
+		return b.admitLocked(now)
+	case Open:
+		if now.Before(b.openUntil) {
+			return decision{err: b.openError(Open, b.openUntil.Sub(now), false)}
+		}
+		// Only a shared breaker gets here: advanceLocked moved a local one
+		// to HalfOpen already.
+		if b.halfOpenBusy {
+			return decision{err: b.openError(HalfOpen, b.s.CacheTTL, false)}
+		}
+		b.halfOpenBusy = true
+		return decision{
+			io:    ioHalfOpen,
+			gen:   b.gen,
+			epoch: b.snap.Epoch,
+			next:  Snapshot{State: HalfOpen, Epoch: b.snap.Epoch + 1, OpenUntil: b.openUntil, Reopens: b.reopens},
+		}
+	default: // HalfOpen
+		shared := b.sharedLocked()
+		if shared && now.Before(b.probeDeniedUntil) {
+			return decision{err: b.openError(HalfOpen, b.probeDeniedUntil.Sub(now), false)}
+		}
+		i, wait := b.freeProbeLocked(now)
+		if i < 0 {
+			if shared {
+				wait = min(wait, b.s.CacheTTL) // this environment's probe is out; its result reaches the fleet within CacheTTL
+			}
+			return decision{err: b.openError(HalfOpen, wait, false)}
+		}
+		b.probes[i] = now.Add(b.s.ProbeLease)
+		if !shared {
+			b.win.addRequest(now.UnixNano())
+			return decision{permit: Permit{gen: b.gen, start: now, slot: int32(i), kind: permitProbe}}
+		}
+		return decision{io: ioProbe, gen: b.gen, epoch: b.snap.Epoch, slot: i}
+	}
+}
+
+func (b *Breaker) admitLocked(now time.Time) decision {
+	b.win.addRequest(now.UnixNano())
+	return decision{permit: Permit{gen: b.gen, start: now}}
+}
+
+// freeProbeLocked returns a free local probe slot, or -1 and the time
+// until the first lease lapses.
+func (b *Breaker) freeProbeLocked(now time.Time) (int, time.Duration) {
+	var first time.Time
+	for i, until := range b.probes {
+		if until.IsZero() || until.Before(now) { // lapsed before now, as Store.AcquireProbe has it
+			return i, 0
+		}
+		if first.IsZero() || until.Before(first) {
+			first = until
+		}
+	}
+	return -1, first.Sub(now)
+}
+
+func (b *Breaker) releaseProbeLocked(gen uint64, slot int) {
+	if gen == b.gen && slot >= 0 && slot < len(b.probes) {
+		b.probes[slot] = time.Time{}
+	}
+}
+
+func (b *Breaker) openError(st State, wait time.Duration, forced bool) error {
+	return &OpenError{Name: b.name, State: st, RetryAfter: max(wait, 0), Forced: forced}
+}
+
+func (b *Breaker) doneSlow(ctx context.Context, now time.Time, p Permit, o Outcome) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if o != Success && o != Failure {
+		o = Excluded
+	}
+	if o == Success && b.s.SlowCallThreshold > 0 && now.Sub(p.start) > b.s.SlowCallThreshold {
+		o = Failure
+	}
+	b.mu.Lock()
+	if p.gen != b.gen {
+		b.mu.Unlock()
+		return
+	}
+	b.observeLocked(now)
+	b.recordLocked(now, o)
+	var j job
+	if p.kind == permitProbe {
+		j = b.probeDoneLocked(now, p, o)
+	} else if o != Excluded {
+		j = b.callDoneLocked(now, o)
+	}
+	evs := b.takeEventsLocked()
+	b.mu.Unlock()
+	b.fire(evs)
+
+	switch j.op {
+	case opReport:
+		_ = b.runReport(ctx, j)
+	case opTransition:
+		_ = b.runTransition(ctx, now, j)
+	}
+}
+
+func (b *Breaker) recordLocked(now time.Time, o Outcome) {
+	b.win.add(now.UnixNano(), o)
+	switch o {
+	case Success:
+		b.consecSucc.Add(1)
+		b.consecFail.Store(0)
+	case Failure:
+		b.consecFail.Add(1)
+		b.consecSucc.Store(0)
+	}
+}
+
+// probeDoneLocked closes the breaker after a successful probe and opens it
+// again after a failed one.
+func (b *Breaker) probeDoneLocked(now time.Time, p Permit, o Outcome) job {
+	b.releaseProbeLocked(p.gen, int(p.slot))
+	if o == Excluded || b.state != HalfOpen {
+		return job{}
+	}
+	next := Snapshot{State: Closed}
+	if o == Failure {
+		r := b.reopens + 1
+		next = Snapshot{State: Open, OpenUntil: now.Add(b.openDurationLocked(r)), Reopens: r}
+	}
+	return b.transitionLocked(now, HalfOpen, next)
+}
+
+// callDoneLocked handles a counted outcome of an ordinary call that could
+// not be recorded lock-free.
+func (b *Breaker) callDoneLocked(now time.Time, o Outcome) job {
+	if ov, _ := b.overrideLocked(now); ov != NoOverride || b.state != Closed {
+		return job{} // forced closed: counted, never trips
+	}
+	if !b.sharedLocked() {
+		if o == Failure && b.shouldTripLocked(now) {
+			b.setMachineLocked(now, Open, now.Add(b.openDurationLocked(0)), 0)
+		}
+		return job{}
+	}
+	return b.accountFleetLocked(now, o)
+}
+
+// transitionLocked applies a transition of the local state machine, or
+// returns the Store call that makes it fleet-wide.
+func (b *Breaker) transitionLocked(now time.Time, from State, next Snapshot) job {
+	if b.sharedLocked() {
+		next.Epoch = b.snap.Epoch + 1
+		return job{op: opTransition, gen: b.gen, from: from, epoch: b.snap.Epoch, next: next}
+	}
+	b.setMachineLocked(now, next.State, next.OpenUntil, next.Reopens)
+	return job{}
+}
+
+// shouldTripLocked reports whether this environment's own counts trip a
+// closed breaker.
+func (b *Breaker) shouldTripLocked(now time.Time) bool {
+	if n := b.s.ConsecutiveFailures; n > 0 && b.consecFail.Load() >= n {
+		return true
+	}
+	c := b.win.rolling(b.win.number(now.UnixNano()))
+	return b.ratioTrips(c.Successes, c.Failures)
+}
+
+func (b *Breaker) ratioTrips(successes, failures int64) bool {
+	total := successes + failures
+	return total > 0 && total >= b.s.MinRequests && float64(failures) >= b.s.FailureRatio*float64(total)
+}
+
+// openDurationLocked returns the jittered open duration after reopens
+// re-opens: OpenDuration × 2^reopens, capped at MaxOpenDuration, then
+// spread over ±Jitter.
+func (b *Breaker) openDurationLocked(reopens int) time.Duration {
+	d := float64(b.s.OpenDuration) * math.Pow(openGrowth, float64(min(max(reopens, 0), 64)))
+	d = min(d, float64(b.s.MaxOpenDuration))
+	if b.s.Jitter > 0 {
+		r := b.rand()
+		switch {
+		case !(r >= 0): // negative or NaN
+			r = 0
+		case r > 1:
+			r = 1
+		}
+		d *= 1 + b.s.Jitter*(2*r-1)
+	}
+	if d >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return max(time.Duration(d), 1)
+}
+
+// setMachineLocked moves the state machine to a new state in a new
+// generation.
+func (b *Breaker) setMachineLocked(now time.Time, st State, openUntil time.Time, reopens int) {
+	before := b.Counts()
+	b.state, b.openUntil, b.reopens = st, openUntil, max(reopens, 0)
+	b.newGenerationLocked()
+	b.announceLocked(now, before)
+	b.publishLocked(now)
+}
+
+func (b *Breaker) newGenerationLocked() {
+	b.gen++
+	b.win.reset()
+	b.consecSucc.Store(0)
+	b.consecFail.Store(0)
+	clear(b.probes)
+	b.batch, b.prev = fleetBatch{}, fleetBatch{}
+	b.probeDeniedUntil = time.Time{}
+}
+
+// advanceLocked moves a local (or degraded) open breaker whose open
+// duration has passed to half-open. A shared breaker leaves that to the
+// fleet (see decideLocked).
+func (b *Breaker) advanceLocked(now time.Time) {
+	if b.state == Open && !b.sharedLocked() && !now.Before(b.openUntil) {
+		b.setMachineLocked(now, HalfOpen, b.openUntil, b.reopens)
+	}
+}
+
+// overrideLocked returns the override in force at now (local first, then
+// the fleet's) and, for the fleet's, when it lapses.
+func (b *Breaker) overrideLocked(now time.Time) (Override, time.Time) {
+	if b.override != NoOverride {
+		return b.override, time.Time{}
+	}
+	if b.store != nil && b.snap.Override != NoOverride && (b.snap.OverrideUntil.IsZero() || now.Before(b.snap.OverrideUntil)) {
+		return b.snap.Override, b.snap.OverrideUntil
+	}
+	return NoOverride, time.Time{}
+}
+
+// effectiveLocked returns the state as overrides make it.
+func (b *Breaker) effectiveLocked(now time.Time) State {
+	ov, _ := b.overrideLocked(now)
+	switch ov {
+	case ForcedOpen:
+		return Open
+	case ForcedClosed, Disabled:
+		return Closed
+	}
+	return b.state
+}
+
+// syncEffectiveLocked starts a new generation, and announces the change of
+// state if any, when the override in force changed without a call to
+// setOverride (an override in the fleet state appeared, changed or lapsed).
+func (b *Breaker) syncEffectiveLocked(now time.Time) {
+	if ov, _ := b.overrideLocked(now); ov != b.lastOv || b.effectiveLocked(now) != b.lastEff {
+		before := b.Counts()
+		b.newGenerationLocked()
+		b.announceLocked(now, before)
+	}
+	b.publishLocked(now)
+}
+
+// announceLocked queues an OnStateChange call if the effective state
+// changed, and records the override in force.
+func (b *Breaker) announceLocked(now time.Time, before Counts) {
+	b.lastOv, _ = b.overrideLocked(now)
+	eff := b.effectiveLocked(now)
+	if eff == b.lastEff {
+		return
+	}
+	if b.s.OnStateChange != nil {
+		b.events = append(b.events, event{from: b.lastEff, to: eff, before: before})
+	}
+	b.lastEff = eff
+}
+
+func (b *Breaker) takeEventsLocked() []event {
+	evs := b.events
+	b.events = nil
+	return evs
+}
+
+func (b *Breaker) fire(evs []event) {
+	for _, e := range evs {
+		b.s.OnStateChange(b.name, e.from, e.to, e.before)
+	}
+}
+
+// publishLocked stores the generation and the flags for the lock-free
+// path.
+func (b *Breaker) publishLocked(now time.Time) {
+	var f uint64
+	if ov, _ := b.overrideLocked(now); ov != NoOverride || b.state != Closed {
+		f |= flagSlowAllow | flagSlowDone
+	}
+	if b.batch.active || b.prev.failures > 0 {
+		f |= flagSlowDone
+	}
+	b.word.Store(b.gen<<genShift | f)
+}
+
+func (b *Breaker) observeLocked(now time.Time) {
+	if now.After(b.lastNow) {
+		b.lastNow = now
+	}
+}
+
+// sharedLocked reports whether the fleet state decides: a Store is set and
+// it has not failed.
+func (b *Breaker) sharedLocked() bool { return b.store != nil && !b.degraded }

@@ -1,0 +1,174 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/local"
+)
+
+// The shared-mode scenarios again, against package local's in-memory
+// Store (the one the simulator and the examples use), whose answers are
+// those of the DynamoDB store.
+
+func TestLocalStoreFleetTripsAndRecovers(t *testing.T) {
+	store := local.NewBreakerStore()
+	a := newEnv(t, store, "a", nil)
+	b := newEnv(t, store, "b", nil)
+
+	calls(t, a.Breaker, t0, breaker.Failure, 30)
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, a.Breaker, t0, breaker.Closed) // one reporter only
+	calls(t, b.Breaker, t0, breaker.Failure, 1)
+	wantState(t, b.Breaker, t0, breaker.Open)
+
+	snap, err := store.Load(ctx, "partner")
+	if err != nil || snap.State != breaker.Open || snap.Epoch != 1 || !snap.OpenUntil.Equal(t0.Add(30*time.Second)) {
+		t.Fatalf("stored %+v, %v: want open at epoch 1 until t0+30s", snap, err)
+	}
+	// a fresh environment sees it at once, a within CacheTTL.
+	c := newEnv(t, store, "c", nil)
+	_, err = c.Allow(ctx, t0.Add(500*time.Millisecond))
+	if oe := mustOpenError(t, err); oe.RetryAfter != 29500*time.Millisecond {
+		t.Fatalf("fresh environment: %+v", oe)
+	}
+	_, err = a.Allow(ctx, t0.Add(time.Second))
+	mustOpenError(t, err)
+
+	// Exactly one probe among many concurrent callers in three environments.
+	at := t0.Add(30 * time.Second)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		probes []func()
+	)
+	for _, e := range []env{a, b, c} {
+		for range 4 {
+			wg.Go(func() {
+				p, err := e.Allow(ctx, at)
+				if err != nil {
+					mustOpenError(t, err)
+					return
+				}
+				mu.Lock()
+				probes = append(probes, func() { e.Done(ctx, at.Add(time.Millisecond), p, breaker.Success) })
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	if len(probes) != 1 {
+		t.Fatalf("%d probes fleet-wide, want 1", len(probes))
+	}
+	probes[0]() // it succeeds: the fleet closes
+	snap, _ = store.Load(ctx, "partner")
+	if snap.State != breaker.Closed || snap.Epoch != 3 {
+		t.Fatalf("stored %+v, want closed at epoch 3", snap)
+	}
+	for i, e := range []env{a, b, c} {
+		if !call(t, e.Breaker, at.Add(time.Second+2*time.Millisecond), breaker.Success) {
+			t.Fatalf("environment %d still rejects CacheTTL after the close", i)
+		}
+	}
+}
+
+func TestLocalStoreLostProbeLeaseLapses(t *testing.T) {
+	store := local.NewBreakerStore()
+	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.MinReporters = 1; s.ProbeLease = 3 * time.Second })
+	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.MinReporters = 1; s.ProbeLease = 3 * time.Second })
+	calls(t, b.Breaker, t0, breaker.Success, 1)
+	calls(t, a.Breaker, t0, breaker.Failure, 20)
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(30 * time.Second)
+	if p, err := a.Allow(ctx, at); err != nil || !p.Probe() {
+		t.Fatalf("a: %v, want a probe", err) // then a's environment is lost
+	}
+	_, err := b.Allow(ctx, at.Add(time.Second))
+	mustOpenError(t, err)
+	p, err := b.Allow(ctx, at.Add(3*time.Second+time.Millisecond))
+	if err != nil || !p.Probe() {
+		t.Fatalf("b after the lease lapsed: %v, want a probe", err)
+	}
+	b.Done(ctx, at.Add(3*time.Second+2*time.Millisecond), p, breaker.Failure)
+	snap, _ := store.Load(ctx, "partner")
+	if snap.State != breaker.Open || snap.Reopens != 1 || !snap.OpenUntil.Equal(at.Add(3*time.Second+2*time.Millisecond+time.Minute)) {
+		t.Fatalf("stored %+v, want re-opened for 60s", snap)
+	}
+}
+
+func TestLocalStoreHealthyPathCost(t *testing.T) {
+	store := local.NewBreakerStore()
+	a := newEnv(t, store, "a", nil)
+	for i := range 10000 {
+		if !call(t, a.Breaker, t0.Add(time.Duration(i)*time.Millisecond), breaker.Success) {
+			t.Fatal("rejected")
+		}
+	}
+	if r, w := store.Reads(), store.Writes(); r > 10 || w != 0 {
+		t.Fatalf("10000 healthy calls over 10s cost %d reads and %d writes; want ≤ 10 and 0", r, w)
+	}
+}
+
+func TestLocalStoreFaultsFallBackToLocal(t *testing.T) {
+	var down atomic.Bool
+	store := local.NewBreakerStoreWithOptions(local.StoreOptions{Fault: func(ctx context.Context, op string) error {
+		if down.Load() {
+			return errors.New("throttled")
+		}
+		return nil
+	}})
+	a := newEnv(t, store, "a", nil)
+	calls(t, a.Breaker, t0, breaker.Success, 1)
+	down.Store(true)
+	calls(t, a.Breaker, t0, breaker.Failure, 18) // the first report fails: local from now on
+	op, err := a.errs.last(t)
+	if op != "report" || !errors.Is(err, breaker.ErrStore) {
+		t.Fatalf("OnStoreError(%q, %v)", op, err)
+	}
+	wantState(t, a.Breaker, t0, breaker.Closed)
+	calls(t, a.Breaker, t0, breaker.Failure, 1) // 20 calls, 19 failed: this environment trips on its own
+	wantState(t, a.Breaker, t0, breaker.Open)
+	down.Store(false)
+	if !call(t, a.Breaker, t0.Add(time.Second), breaker.Success) {
+		t.Fatal("the fleet state (closed) did not take over again when the store recovered")
+	}
+}
+
+func TestLocalStoreLatencyIsCutByStoreTimeout(t *testing.T) {
+	store := local.NewBreakerStoreWithOptions(local.StoreOptions{Fault: func(ctx context.Context, op string) error {
+		<-ctx.Done() // a store that hangs until the caller gives up
+		return ctx.Err()
+	}})
+	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.StoreTimeout = 10 * time.Millisecond })
+	if !call(t, a.Breaker, t0, breaker.Success) {
+		t.Fatal("rejected")
+	}
+	op, err := a.errs.last(t)
+	if op != "load" || !errors.Is(err, breaker.ErrStore) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("OnStoreError(%q, %v)", op, err)
+	}
+}
+
+func TestLocalStoreOperatorOverride(t *testing.T) {
+	store := local.NewBreakerStore()
+	a := newEnv(t, store, "a", nil)
+	if err := store.SetOverride(ctx, "partner", breaker.ForcedOpen, t0.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Allow(ctx, t0)
+	if oe := mustOpenError(t, err); !oe.Forced || oe.RetryAfter != 5*time.Second {
+		t.Fatalf("%+v", oe)
+	}
+	if !call(t, a.Breaker, t0.Add(5*time.Second), breaker.Success) {
+		t.Fatal("the override did not lapse")
+	}
+}

@@ -1,0 +1,343 @@
+package breaker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Defaults applied by New to the zero fields of Settings.
+const (
+	// DefaultFailureRatio is the failure ratio that trips a closed breaker.
+	DefaultFailureRatio = 0.5
+	// DefaultMinRequests is the minimum number of counted calls (successes
+	// plus failures) in the window before the failure ratio can trip.
+	DefaultMinRequests = 20
+	// DefaultWindow is the length of the rolling window the ratio is
+	// computed over (and of a fleet window in shared mode).
+	DefaultWindow = 10 * time.Second
+	// DefaultWindowSlots is the number of slots the rolling window is
+	// divided into; the window rolls one slot at a time.
+	DefaultWindowSlots = 10
+	// DefaultOpenDuration is how long the breaker stays open after its
+	// first trip.
+	DefaultOpenDuration = 30 * time.Second
+	// DefaultMaxOpenDuration caps the open duration as it doubles on
+	// every re-open.
+	DefaultMaxOpenDuration = 5 * time.Minute
+	// DefaultJitter spreads every open duration uniformly over ±20%.
+	DefaultJitter = 0.2
+	// DefaultHalfOpenProbes is the number of probes a half-open breaker
+	// lets through at the same time.
+	DefaultHalfOpenProbes = 1
+	// DefaultProbeLease is how long a probe holds its slot before the slot
+	// is considered lost and given to another probe.
+	DefaultProbeLease = 10 * time.Second
+	// DefaultCacheTTL is how long a shared breaker trusts the fleet state
+	// it last read from its Store.
+	DefaultCacheTTL = time.Second
+	// DefaultStoreTimeout bounds every Store call.
+	DefaultStoreTimeout = 50 * time.Millisecond
+	// DefaultMinReporters is the number of distinct environments that must
+	// have reported into a fleet window before it can trip the fleet.
+	DefaultMinReporters = 2
+	// DefaultReportInterval is the shortest time between two reports of
+	// one environment's counts to the Store.
+	DefaultReportInterval = time.Second
+)
+
+// NoJitter, as Settings.Jitter, turns jitter off: every open duration is
+// exactly OpenDuration × 2^reopens (capped). Meant for tests; any negative
+// value does the same.
+const NoJitter = -1.0
+
+// Limits on Settings.
+const (
+	// MaxWindowSlots bounds Settings.WindowSlots.
+	MaxWindowSlots = 1000
+	// MaxHalfOpenProbes bounds Settings.HalfOpenProbes.
+	MaxHalfOpenProbes = 1000
+	// maxEnvLen bounds Settings.Env.
+	maxEnvLen = 256
+	// openGrowth is the factor the open duration grows by on every re-open.
+	openGrowth = 2
+)
+
+// Settings configures a Breaker. The zero value of every field means its
+// default (the Default* constants); negative durations and counts are
+// errors. New validates Settings and names the offending field in its
+// error, a *SettingsError.
+type Settings struct {
+	// FailureRatio trips a closed breaker when failures / (successes +
+	// failures) in the rolling window reaches it, provided the window holds
+	// at least MinRequests such calls. In (0, 1]; 0 means
+	// DefaultFailureRatio.
+	FailureRatio float64
+
+	// MinRequests is the minimum throughput (successes + failures in the
+	// window) below which the failure ratio never trips. 0 means
+	// DefaultMinRequests.
+	MinRequests int64
+
+	// Window is the length of the rolling window (DefaultWindow if 0). It
+	// rolls in WindowSlots steps (DefaultWindowSlots if 0, at most
+	// MaxWindowSlots). Window must be at least a millisecond. With a Store,
+	// Window is also the length of the fleet windows, which are aligned to
+	// the Unix epoch so that every environment computes the same window
+	// keys; it must then be a whole number of milliseconds and a whole
+	// multiple of WindowSlots nanoseconds.
+	Window      time.Duration
+	WindowSlots int
+
+	// ConsecutiveFailures, if positive, also trips a closed breaker after
+	// that many failures in a row, whatever the ratio. 0 turns it off. It
+	// is a local criterion: in shared mode it applies only while the
+	// breaker runs on its local state machine (see Store faults in the
+	// package documentation), since consecutiveness means nothing across
+	// a fleet.
+	ConsecutiveFailures int64
+
+	// OpenDuration is how long the breaker stays open after a trip
+	// (DefaultOpenDuration if 0). Each re-open (a failed half-open probe)
+	// doubles it, up to MaxOpenDuration (DefaultMaxOpenDuration, or
+	// OpenDuration if that is larger, when 0). The cap applies before
+	// jitter, so an open period at the cap lies within ±Jitter of it.
+	OpenDuration    time.Duration
+	MaxOpenDuration time.Duration
+
+	// Jitter spreads every open duration uniformly over ±Jitter of its
+	// nominal value, so that a fleet does not probe in lockstep. 0 means
+	// DefaultJitter; a negative value (NoJitter) turns jitter off; it must
+	// be below 1.
+	Jitter float64
+
+	// Rand returns uniformly distributed numbers in [0, 1) for the jitter.
+	// nil means math/rand/v2's Float64. It is called with the breaker's
+	// lock held, so it need not be safe for concurrent use unless several
+	// breakers share it. Values outside [0, 1) are clamped.
+	Rand func() float64
+
+	// HalfOpenProbes is the number of calls a half-open breaker lets
+	// through at the same time (DefaultHalfOpenProbes if 0, at most
+	// MaxHalfOpenProbes). In shared mode the limit is fleet-wide. A
+	// successful probe closes the breaker; a failed one opens it again
+	// with a doubled open duration.
+	HalfOpenProbes int
+
+	// ProbeLease is how long a probe holds its slot (DefaultProbeLease if
+	// 0). A probe whose Done never comes, for instance because its
+	// execution environment was frozen or discarded, frees its slot when
+	// the lease lapses, so a lost probe cannot wedge the breaker.
+	ProbeLease time.Duration
+
+	// SlowCallThreshold, if positive, makes a successful call that took
+	// longer than it (from Allow's now to Done's now) count as a failure.
+	// 0 turns it off.
+	SlowCallThreshold time.Duration
+
+	// OnStateChange, if not nil, is called on every change of the state
+	// State reports, whatever its cause (a trip, a probe's result, a fleet
+	// state read from the Store, an override), with the counts as they
+	// were before the change. It is called without the breaker's lock
+	// held, from the goroutine whose call caused the change, and may call
+	// the breaker's methods.
+	OnStateChange func(name string, from, to State, before Counts)
+
+	// Store, if not nil, shares the breaker's state with every process
+	// that names the same breaker in the same store. nil keeps the breaker
+	// purely in memory. The fields below apply only with a Store.
+	Store Store
+
+	// CacheTTL is how long the fleet state read from the Store is trusted
+	// (DefaultCacheTTL if 0): a breaker calls Store.Load at most once per
+	// CacheTTL.
+	CacheTTL time.Duration
+
+	// StoreTimeout bounds every Store call (DefaultStoreTimeout if 0). Each
+	// call runs under context.WithTimeout(ctx, StoreTimeout), so it ends by
+	// the caller's deadline too.
+	StoreTimeout time.Duration
+
+	// MinReporters is the number of distinct environments that must have
+	// reported into a fleet window before its ratio can trip the fleet
+	// (DefaultMinReporters if 0), so that one sick environment cannot open
+	// the breaker everywhere. 1 lets any single environment trip it.
+	MinReporters int
+
+	// ReportInterval is the shortest time between two reports of this
+	// environment's counts (DefaultReportInterval if 0). Flush reports at
+	// once.
+	ReportInterval time.Duration
+
+	// Env identifies this execution environment among the reporters of a
+	// fleet window (a random id if empty). At most 256 bytes of printable
+	// UTF-8. Two processes must not share one.
+	Env string
+
+	// OnStoreError, if not nil, is called (without the breaker's lock held)
+	// with every Store fault, op being "load", "report", "transition" or
+	// "acquire-probe". err satisfies errors.Is(err, ErrStore). The breaker
+	// then runs on its local state machine until a Load succeeds again.
+	OnStoreError func(op string, err error)
+}
+
+// SettingsError is a Settings field New rejected.
+type SettingsError struct {
+	// Field is the name of the Settings field, e.g. "FailureRatio".
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// Error names the field and the reason.
+func (e *SettingsError) Error() string {
+	return "herdguard: breaker Settings." + e.Field + " " + e.Reason
+}
+
+func settingsErr(field, format string, args ...any) error {
+	return &SettingsError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// resolve validates s and returns it with every default filled in.
+func (s Settings) resolve() (Settings, error) {
+	switch {
+	case math.IsNaN(s.FailureRatio) || s.FailureRatio < 0 || s.FailureRatio > 1:
+		return s, settingsErr("FailureRatio", "is %v; want a ratio in (0, 1] (0 for the default %v)", s.FailureRatio, DefaultFailureRatio)
+	case s.FailureRatio == 0:
+		s.FailureRatio = DefaultFailureRatio
+	}
+
+	switch {
+	case s.MinRequests < 0:
+		return s, settingsErr("MinRequests", "is %d; want at least 0 (0 for the default %d)", s.MinRequests, DefaultMinRequests)
+	case s.MinRequests == 0:
+		s.MinRequests = DefaultMinRequests
+	}
+
+	switch {
+	case s.Window < 0:
+		return s, settingsErr("Window", "is %v; want a positive duration (0 for the default %v)", s.Window, DefaultWindow)
+	case s.Window == 0:
+		s.Window = DefaultWindow
+	case s.Window < time.Millisecond:
+		return s, settingsErr("Window", "is %v; want at least 1ms", s.Window)
+	}
+
+	switch {
+	case s.WindowSlots < 0 || s.WindowSlots > MaxWindowSlots:
+		return s, settingsErr("WindowSlots", "is %d; want 1 to %d (0 for the default %d)", s.WindowSlots, MaxWindowSlots, DefaultWindowSlots)
+	case s.WindowSlots == 0:
+		s.WindowSlots = DefaultWindowSlots
+	}
+	if s.Store != nil {
+		if s.Window%time.Millisecond != 0 {
+			return s, settingsErr("Window", "is %v; with a Store it must be a whole number of milliseconds (fleet windows are keyed by their start in Unix milliseconds)", s.Window)
+		}
+		if int64(s.Window)%int64(s.WindowSlots) != 0 {
+			return s, settingsErr("WindowSlots", "is %d; with a Store, Window (%v) must be a whole multiple of WindowSlots nanoseconds so that slots align with fleet windows", s.WindowSlots, s.Window)
+		}
+	}
+
+	if s.ConsecutiveFailures < 0 {
+		return s, settingsErr("ConsecutiveFailures", "is %d; want at least 0 (0 turns it off)", s.ConsecutiveFailures)
+	}
+
+	switch {
+	case s.OpenDuration < 0:
+		return s, settingsErr("OpenDuration", "is %v; want a positive duration (0 for the default %v)", s.OpenDuration, DefaultOpenDuration)
+	case s.OpenDuration == 0:
+		s.OpenDuration = DefaultOpenDuration
+	}
+	switch {
+	case s.MaxOpenDuration < 0:
+		return s, settingsErr("MaxOpenDuration", "is %v; want a positive duration (0 for the default %v)", s.MaxOpenDuration, DefaultMaxOpenDuration)
+	case s.MaxOpenDuration == 0:
+		s.MaxOpenDuration = max(DefaultMaxOpenDuration, s.OpenDuration)
+	case s.MaxOpenDuration < s.OpenDuration:
+		return s, settingsErr("MaxOpenDuration", "is %v, below OpenDuration (%v)", s.MaxOpenDuration, s.OpenDuration)
+	}
+
+	switch {
+	case math.IsNaN(s.Jitter) || s.Jitter >= 1:
+		return s, settingsErr("Jitter", "is %v; want a fraction below 1 (0 for the default %v, negative for none)", s.Jitter, DefaultJitter)
+	case s.Jitter == 0:
+		s.Jitter = DefaultJitter
+	case s.Jitter < 0:
+		s.Jitter = NoJitter
+	}
+
+	switch {
+	case s.HalfOpenProbes < 0 || s.HalfOpenProbes > MaxHalfOpenProbes:
+		return s, settingsErr("HalfOpenProbes", "is %d; want 1 to %d (0 for the default %d)", s.HalfOpenProbes, MaxHalfOpenProbes, DefaultHalfOpenProbes)
+	case s.HalfOpenProbes == 0:
+		s.HalfOpenProbes = DefaultHalfOpenProbes
+	}
+
+	var err error
+	if s.ProbeLease, err = durationOrDefault("ProbeLease", s.ProbeLease, DefaultProbeLease); err != nil {
+		return s, err
+	}
+	if s.SlowCallThreshold < 0 {
+		return s, settingsErr("SlowCallThreshold", "is %v; want at least 0 (0 turns it off)", s.SlowCallThreshold)
+	}
+	if s.CacheTTL, err = durationOrDefault("CacheTTL", s.CacheTTL, DefaultCacheTTL); err != nil {
+		return s, err
+	}
+	if s.StoreTimeout, err = durationOrDefault("StoreTimeout", s.StoreTimeout, DefaultStoreTimeout); err != nil {
+		return s, err
+	}
+	if s.ReportInterval, err = durationOrDefault("ReportInterval", s.ReportInterval, DefaultReportInterval); err != nil {
+		return s, err
+	}
+
+	switch {
+	case s.MinReporters < 0:
+		return s, settingsErr("MinReporters", "is %d; want at least 0 (0 for the default %d)", s.MinReporters, DefaultMinReporters)
+	case s.MinReporters == 0:
+		s.MinReporters = DefaultMinReporters
+	}
+
+	if s.Env == "" {
+		s.Env = randomEnv()
+	} else if err := validateEnv(s.Env); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func durationOrDefault(field string, d, def time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return d, settingsErr(field, "is %v; want a positive duration (0 for the default %v)", d, def)
+	case d == 0:
+		return def, nil
+	}
+	return d, nil
+}
+
+func validateEnv(env string) error {
+	if len(env) > maxEnvLen {
+		return settingsErr("Env", "is %d bytes long; at most %d allowed", len(env), maxEnvLen)
+	}
+	if !utf8.ValidString(env) {
+		return settingsErr("Env", "%q is not valid UTF-8", env)
+	}
+	for i, r := range env {
+		if !unicode.IsPrint(r) {
+			return settingsErr("Env", "%q has a non-printable character %q at byte %d", env, r, i)
+		}
+	}
+	return nil
+}
+
+// randomEnv returns an id that is, for all practical purposes, unique to
+// this process: "env-" and 16 random hex digits.
+func randomEnv() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes the program instead)
+	return "env-" + hex.EncodeToString(b[:])
+}

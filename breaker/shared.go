@@ -1,0 +1,424 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Store operations, as passed to Settings.OnStoreError.
+const (
+	storeOpLoad         = "load"
+	storeOpReport       = "report"
+	storeOpTransition   = "transition"
+	storeOpAcquireProbe = "acquire-probe"
+)
+
+// job is a Store write decided with the lock held and made without it.
+type job struct {
+	op  jobOp
+	gen uint64 // generation the write was decided in
+
+	// opTransition
+	from      State    // the state the transition leaves
+	epoch     uint64   // the epoch it was decided on
+	next      Snapshot // the state it writes; next.Epoch == epoch+1
+	clearBusy bool     // it is the Open→HalfOpen transition (halfOpenBusy)
+
+	// opReport
+	now       time.Time
+	window    int64 // first slot number of the fleet window
+	successes int64
+	failures  int64
+}
+
+type jobOp uint8
+
+const (
+	opNone jobOp = iota
+	opReport
+	opTransition
+)
+
+// Flush reports this environment's pending fleet counts to the Store at
+// once, whatever ReportInterval says, and trips the fleet if the totals
+// returned call for it. A Lambda handler calls it before returning, since
+// the execution environment may be frozen afterwards. Without a Store, or
+// with nothing pending, it does nothing. It returns the Store's fault (an
+// error satisfying errors.Is(err, ErrStore)) or ctx's error.
+func (b *Breaker) Flush(ctx context.Context) error {
+	if b.store == nil {
+		return nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var errs []error
+	for range 2 { // the previous fleet window's remainder, then the current one
+		b.mu.Lock()
+		j := b.takeReportLocked(b.lastNow, true)
+		b.mu.Unlock()
+		if j.op == opNone {
+			break
+		}
+		if err := b.runReport(ctx, j); err != nil {
+			errs = append(errs, err)
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// callStore runs f with its own timeout, in a goroutine, so that a Store
+// that ignores its context, or panics, still cannot block the caller past
+// the timeout or crash it. A result that comes too late is dropped (the
+// goroutine ends when the Store call does).
+func callStore[T any](ctx context.Context, timeout time.Duration, op string, f func(context.Context) (T, error)) (T, error) {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() {
+			if p := recover(); p != nil {
+				r = result{err: fmt.Errorf("%w: %s panicked: %v", ErrStore, op, p)}
+			}
+			ch <- r
+		}()
+		r.v, r.err = f(sctx)
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-sctx.Done():
+		var zero T
+		return zero, fmt.Errorf("%w: %s gave no answer in time: %w", ErrStore, op, sctx.Err())
+	}
+}
+
+// storeError makes err satisfy errors.Is(err, ErrStore).
+func storeError(op string, err error) error {
+	if errors.Is(err, ErrStore) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %w", ErrStore, op, err)
+}
+
+// faultLocked switches to the local state machine after a Store fault and
+// returns the error to report.
+func (b *Breaker) faultLocked(now time.Time, op string, err error) error {
+	b.degraded = true
+	b.batch, b.prev = fleetBatch{}, fleetBatch{}
+	b.probeDeniedUntil = time.Time{}
+	b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano()) // try the store again after CacheTTL
+	b.publishLocked(now)
+	return storeError(op, err)
+}
+
+func (b *Breaker) storeFault(op string, err error) {
+	if err != nil && b.s.OnStoreError != nil {
+		b.s.OnStoreError(op, err)
+	}
+}
+
+// validSnapshot reports whether a snapshot from the Store is well formed.
+func validSnapshot(s Snapshot) error {
+	switch {
+	case s.State != Closed && s.State != Open && s.State != HalfOpen:
+		return fmt.Errorf("%w: malformed snapshot: state %v", ErrStore, s.State)
+	case s.Override < NoOverride || s.Override > Disabled:
+		return fmt.Errorf("%w: malformed snapshot: override %v", ErrStore, s.Override)
+	case s.Reopens < 0:
+		return fmt.Errorf("%w: malformed snapshot: reopens %d", ErrStore, s.Reopens)
+	}
+	return nil
+}
+
+// refresh reloads the fleet state if it is stale. Only one caller at a
+// time does; the others go on with the stale state.
+func (b *Breaker) refresh(ctx context.Context, now time.Time) {
+	if !b.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	defer b.refreshing.Store(false)
+	if now.UnixNano() < b.staleAt.Load() {
+		return // refreshed meanwhile
+	}
+	b.mu.Lock()
+	local := b.override != NoOverride
+	b.mu.Unlock()
+	if local || ctx.Err() != nil {
+		return // a local override decides without the fleet; a done caller cannot wait
+	}
+	snap, err := callStore(ctx, b.s.StoreTimeout, storeOpLoad, func(c context.Context) (Snapshot, error) {
+		return b.store.Load(c, b.name)
+	})
+	if err == nil {
+		err = validSnapshot(snap)
+	}
+	b.mu.Lock()
+	b.observeLocked(now)
+	var fault error
+	switch {
+	case err == nil:
+		b.degraded = false
+		b.adoptLocked(now, snap)
+		b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano())
+	case ctx.Err() != nil:
+		// The caller's context ended, not the store: the next call retries.
+	default:
+		fault = b.faultLocked(now, storeOpLoad, err)
+	}
+	evs := b.takeEventsLocked()
+	b.mu.Unlock()
+	b.fire(evs)
+	b.storeFault(storeOpLoad, fault)
+}
+
+// adoptLocked makes a snapshot read from or written to the Store the
+// state of this breaker. A snapshot older than the one held (an eventually
+// consistent read) only updates the override.
+func (b *Breaker) adoptLocked(now time.Time, s Snapshot) {
+	if s.Epoch < b.snap.Epoch {
+		b.snap.Override, b.snap.OverrideUntil = s.Override, s.OverrideUntil
+		b.syncEffectiveLocked(now)
+		return
+	}
+	changed := s.Epoch != b.snap.Epoch || s.State != b.state || !s.OpenUntil.Equal(b.openUntil) || s.Reopens != b.reopens
+	b.snap = s
+	if changed {
+		b.setMachineLocked(now, s.State, s.OpenUntil, s.Reopens)
+		return
+	}
+	b.syncEffectiveLocked(now)
+}
+
+// runTransition makes the transition j fleet-wide, optimistically on
+// j.epoch, and adopts the result: the new state, or on ErrConflict the
+// state another environment wrote first. On a Store fault the breaker
+// switches to its local state machine and applies the transition there.
+func (b *Breaker) runTransition(ctx context.Context, now time.Time, j job) error {
+	var (
+		res    Snapshot
+		err    error
+		called bool
+	)
+	if err = ctx.Err(); err == nil {
+		called = true
+		res, err = callStore(ctx, b.s.StoreTimeout, storeOpTransition, func(c context.Context) (Snapshot, error) {
+			return b.store.Transition(c, b.name, j.epoch, j.next)
+		})
+	}
+	b.mu.Lock()
+	b.observeLocked(now)
+	if j.clearBusy {
+		b.halfOpenBusy = false
+	}
+	var fault error
+	switch {
+	case err == nil:
+		if validSnapshot(res) != nil || res.Epoch != j.next.Epoch || res.State != j.next.State {
+			// The store wrote but answered oddly: keep what was written,
+			// and the override as known.
+			res = j.next
+			res.Override, res.OverrideUntil = b.snap.Override, b.snap.OverrideUntil
+		}
+		b.adoptLocked(now, res)
+		b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano())
+	case errors.Is(err, ErrConflict):
+		if validSnapshot(res) == nil && res.Epoch > j.epoch {
+			b.adoptLocked(now, res)
+			b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano())
+		} else {
+			b.staleAt.Store(0) // reload at the next call
+		}
+	case ctx.Err() != nil:
+		// The caller's context ended, not the store.
+		if called {
+			b.staleAt.Store(0) // the write may or may not have happened: reload
+		}
+	default:
+		fault = b.faultLocked(now, storeOpTransition, err)
+		if b.gen == j.gen && b.state == j.from {
+			b.setMachineLocked(now, j.next.State, j.next.OpenUntil, j.next.Reopens)
+		}
+	}
+	evs := b.takeEventsLocked()
+	b.mu.Unlock()
+	b.fire(evs)
+	b.storeFault(storeOpTransition, fault)
+	if fault != nil {
+		return fault
+	}
+	if err != nil && !errors.Is(err, ErrConflict) {
+		return err
+	}
+	return nil
+}
+
+// acquireProbe asks the Store for a fleet probe slot, the local slot
+// d.slot being reserved. done is false when the decision must be made
+// again (the state moved, or the store failed and the local state machine
+// now decides).
+func (b *Breaker) acquireProbe(ctx context.Context, now time.Time, d decision) (p Permit, done bool, err error) {
+	var serr error
+	if serr = ctx.Err(); serr == nil {
+		_, serr = callStore(ctx, b.s.StoreTimeout, storeOpAcquireProbe, func(c context.Context) (int, error) {
+			return b.store.AcquireProbe(c, b.name, d.epoch, b.s.HalfOpenProbes, now, now.Add(b.s.ProbeLease))
+		})
+	}
+	b.mu.Lock()
+	b.observeLocked(now)
+	var fault error
+	switch {
+	case serr == nil:
+		if b.gen == d.gen && b.sharedLocked() {
+			b.win.addRequest(now.UnixNano())
+			p, done = Permit{gen: b.gen, start: now, slot: int32(d.slot), kind: permitProbe}, true
+		} else {
+			b.releaseProbeLocked(d.gen, d.slot) // the state moved on while asking
+		}
+	case errors.Is(serr, ErrProbeDenied):
+		b.releaseProbeLocked(d.gen, d.slot)
+		if b.gen == d.gen {
+			b.probeDeniedUntil = now.Add(b.s.CacheTTL) // learn the probe's result before asking again
+		}
+		done, err = true, b.openError(HalfOpen, b.s.CacheTTL, false)
+	case ctx.Err() != nil:
+		b.releaseProbeLocked(d.gen, d.slot)
+		done, err = true, b.openError(HalfOpen, b.s.CacheTTL, false)
+	default:
+		b.releaseProbeLocked(d.gen, d.slot)
+		fault = b.faultLocked(now, storeOpAcquireProbe, serr)
+	}
+	evs := b.takeEventsLocked()
+	b.mu.Unlock()
+	b.fire(evs)
+	b.storeFault(storeOpAcquireProbe, fault)
+	return p, done, err
+}
+
+// accountFleetLocked gathers a closed-state outcome into this
+// environment's counts for the current fleet window, and returns a Report
+// when one is due. Gathering starts with the window's first failure (from
+// the rolling window, which holds the whole fleet window so far, so the
+// successes before the failure are not lost) and lasts until the window
+// ends; a window without failures is never reported.
+func (b *Breaker) accountFleetLocked(now time.Time, o Outcome) job {
+	num := b.win.number(now.UnixNano())
+	fw := b.win.fleetStart(num)
+	if b.batch.active && fw > b.batch.window {
+		if b.batch.failures > 0 {
+			b.prev = b.batch // reported before the new window's counts
+		}
+		b.batch = fleetBatch{}
+	}
+	switch {
+	case b.batch.active:
+		if o == Success {
+			b.batch.successes++
+		} else {
+			b.batch.failures++
+		}
+	case o == Failure:
+		c := b.win.fleet(num) // includes this failure
+		b.batch = fleetBatch{window: fw, successes: c.Successes, failures: max(c.Failures, 1), active: true}
+	}
+	j := b.takeReportLocked(now, false)
+	b.publishLocked(now)
+	return j
+}
+
+// takeReportLocked returns the Report to make now, if any: the previous
+// fleet window's remainder first, then the current window's counts, and
+// only if it holds failures. Unless force is set, at most one Report goes
+// per ReportInterval. The counts are taken out of the batch when the
+// report is decided (at most once: a report whose fate is unknown is not
+// repeated).
+func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
+	if !b.sharedLocked() || b.reportBusy {
+		return job{}
+	}
+	if !force && !b.lastReport.IsZero() && now.Before(b.lastReport.Add(b.s.ReportInterval)) {
+		return job{}
+	}
+	var bt *fleetBatch
+	switch {
+	case b.prev.failures > 0:
+		bt = &b.prev
+	case b.batch.failures > 0:
+		bt = &b.batch
+	default:
+		return job{}
+	}
+	j := job{op: opReport, gen: b.gen, epoch: b.snap.Epoch, now: now, window: bt.window, successes: bt.successes, failures: bt.failures}
+	bt.successes, bt.failures = 0, 0
+	b.reportBusy = true
+	b.lastReport = now
+	b.publishLocked(now)
+	return j
+}
+
+// runReport adds j's counts to the fleet window and, if the window's totals
+// call for it, trips the fleet.
+func (b *Breaker) runReport(ctx context.Context, j job) error {
+	start := time.Unix(0, j.window*b.win.width)
+	var (
+		tally Tally
+		err   error
+	)
+	if err = ctx.Err(); err == nil {
+		tally, err = callStore(ctx, b.s.StoreTimeout, storeOpReport, func(c context.Context) (Tally, error) {
+			return b.store.Report(c, b.name, start, b.s.Env, j.successes, j.failures, start.Add(b.s.Window).Add(b.s.Window))
+		})
+	}
+	b.mu.Lock()
+	b.observeLocked(j.now)
+	b.reportBusy = false
+	var (
+		fault error
+		trip  job
+	)
+	switch {
+	case err == nil:
+		ov, _ := b.overrideLocked(j.now)
+		if ov == NoOverride && b.gen == j.gen && b.sharedLocked() && b.state == Closed && b.snap.Epoch == j.epoch &&
+			tally.Reporters >= b.s.MinReporters && b.ratioTrips(tally.Successes, tally.Failures) {
+			trip = job{
+				op:    opTransition,
+				gen:   b.gen,
+				from:  Closed,
+				epoch: b.snap.Epoch,
+				next:  Snapshot{State: Open, Epoch: b.snap.Epoch + 1, OpenUntil: j.now.Add(b.openDurationLocked(0))},
+			}
+		}
+	case ctx.Err() != nil:
+		// The caller's context ended, not the store.
+	default:
+		fault = b.faultLocked(j.now, storeOpReport, err)
+		// Now on the local state machine: trip on this environment's own
+		// counts, as an in-memory breaker would.
+		if ov, _ := b.overrideLocked(j.now); ov == NoOverride && b.state == Closed && b.shouldTripLocked(j.now) {
+			b.setMachineLocked(j.now, Open, j.now.Add(b.openDurationLocked(0)), 0)
+		}
+	}
+	b.publishLocked(j.now)
+	evs := b.takeEventsLocked()
+	b.mu.Unlock()
+	b.fire(evs)
+	b.storeFault(storeOpReport, fault)
+	switch {
+	case fault != nil:
+		return fault
+	case err != nil:
+		return err
+	case trip.op == opTransition:
+		return b.runTransition(ctx, j.now, trip)
+	}
+	return nil
+}
