@@ -1,0 +1,427 @@
+package dynamo_test
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/herdguard/herdguard/dynamo"
+)
+
+// templatePath is the AWS SAM template at the top of the repository.
+const templatePath = "../template.yaml"
+
+// cfnShortTags are CloudFormation's short-form intrinsic functions. A tag not
+// listed here is a typo the test reports.
+var cfnShortTags = map[string]string{
+	"!Ref": "Ref", "!Condition": "Condition",
+	"!GetAtt": "Fn::GetAtt", "!Sub": "Fn::Sub", "!Join": "Fn::Join", "!Select": "Fn::Select",
+	"!Split": "Fn::Split", "!If": "Fn::If", "!Equals": "Fn::Equals", "!Not": "Fn::Not",
+	"!And": "Fn::And", "!Or": "Fn::Or", "!FindInMap": "Fn::FindInMap", "!Base64": "Fn::Base64",
+	"!Cidr": "Fn::Cidr", "!GetAZs": "Fn::GetAZs", "!ImportValue": "Fn::ImportValue",
+	"!Transform": "Fn::Transform", "!ToJsonString": "Fn::ToJsonString", "!Length": "Fn::Length",
+}
+
+// parseCFN decodes a CloudFormation template into maps, slices and scalars,
+// turning short tags into their long forms: `!Ref X` becomes
+// {"Ref": "X"}, `!GetAtt T.Arn` becomes {"Fn::GetAtt": ["T", "Arn"]},
+// `!Sub s` becomes {"Fn::Sub": "s"}.
+func parseCFN(src []byte) (map[string]any, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(src, &doc); err != nil {
+		return nil, err
+	}
+	v, err := cfnValue(&doc)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("template is a %T, not a mapping", v)
+	}
+	return m, nil
+}
+
+func cfnValue(n *yaml.Node) (any, error) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		if len(n.Content) != 1 {
+			return nil, fmt.Errorf("line %d: want one YAML document", n.Line)
+		}
+		return cfnValue(n.Content[0])
+	case yaml.AliasNode:
+		return cfnValue(n.Alias)
+	}
+	if strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!") {
+		long, ok := cfnShortTags[n.Tag]
+		if !ok {
+			return nil, fmt.Errorf("line %d: unknown CloudFormation tag %s", n.Line, n.Tag)
+		}
+		plain := *n
+		plain.Tag = ""
+		if n.Kind == yaml.ScalarNode {
+			plain.Tag = "!!str" // arguments of intrinsic functions are strings
+		}
+		v, err := cfnValue(&plain)
+		if err != nil {
+			return nil, err
+		}
+		if n.Tag == "!GetAtt" {
+			if s, ok := v.(string); ok {
+				res, attr, found := strings.Cut(s, ".")
+				if !found {
+					return nil, fmt.Errorf("line %d: !GetAtt %q lacks an attribute", n.Line, s)
+				}
+				v = []any{res, attr}
+			}
+		}
+		return map[string]any{long: v}, nil
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n.Line, err)
+		}
+		return v, nil
+	case yaml.SequenceNode:
+		out := make([]any, 0, len(n.Content))
+		for _, c := range n.Content {
+			v, err := cfnValue(c)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	case yaml.MappingNode:
+		out := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("line %d: mapping key is not a scalar", k.Line)
+			}
+			if _, dup := out[k.Value]; dup {
+				return nil, fmt.Errorf("line %d: duplicate key %q", k.Line, k.Value)
+			}
+			v, err := cfnValue(n.Content[i+1])
+			if err != nil {
+				return nil, err
+			}
+			out[k.Value] = v
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("line %d: unexpected YAML node kind %d", n.Line, n.Kind)
+}
+
+// resource is one entry of Resources.
+type resource struct {
+	id    string
+	typ   string
+	props map[string]any
+}
+
+func resources(doc map[string]any) ([]resource, error) {
+	rs, ok := doc["Resources"].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("no Resources mapping")
+	}
+	var out []resource
+	for id, v := range rs {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("resource %s is not a mapping", id)
+		}
+		typ, _ := m["Type"].(string)
+		props, _ := m["Properties"].(map[string]any)
+		out = append(out, resource{id: id, typ: typ, props: props})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out, nil
+}
+
+// checkTemplate compares a parsed template with what package dynamo
+// expects, and returns every disagreement.
+func checkTemplate(doc map[string]any) []error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	rs, err := resources(doc)
+	if err != nil {
+		return []error{err}
+	}
+	var tables []resource
+	for _, r := range rs {
+		if r.typ == "AWS::DynamoDB::Table" {
+			tables = append(tables, r)
+		}
+	}
+	if len(tables) != 1 {
+		fail("template declares %d DynamoDB tables, want exactly 1", len(tables))
+		return errs
+	}
+	table := tables[0]
+	spec := dynamo.Spec()
+
+	// Key schema: exactly the hash key, declared with its type and nothing else.
+	wantKeys := []any{map[string]any{"AttributeName": spec.PartitionKey, "KeyType": "HASH"}}
+	if !equal(table.props["KeySchema"], wantKeys) {
+		fail("table %s: KeySchema is %v, want %v", table.id, table.props["KeySchema"], wantKeys)
+	}
+	wantDefs := []any{map[string]any{"AttributeName": spec.PartitionKey, "AttributeType": string(spec.PartitionKeyType)}}
+	if !equal(table.props["AttributeDefinitions"], wantDefs) {
+		fail("table %s: AttributeDefinitions is %v, want %v", table.id, table.props["AttributeDefinitions"], wantDefs)
+	}
+	if got := table.props["BillingMode"]; got != string(spec.BillingMode) {
+		fail("table %s: BillingMode is %v, want %s", table.id, got, spec.BillingMode)
+	}
+	wantTTL := map[string]any{"AttributeName": spec.TTLAttribute, "Enabled": true}
+	if !equal(table.props["TimeToLiveSpecification"], wantTTL) {
+		fail("table %s: TimeToLiveSpecification is %v, want %v", table.id, table.props["TimeToLiveSpecification"], wantTTL)
+	}
+
+	// IAM: every grant of a DynamoDB action is an Allow of exactly
+	// dynamo.Actions() on exactly the table's ARN.
+	wantResource := map[string]any{"Fn::GetAtt": []any{table.id, "Arn"}}
+	functions := 0
+	for _, r := range rs {
+		var docs []any
+		switch r.typ {
+		case "AWS::Serverless::Function":
+			functions++
+			policies, _ := r.props["Policies"].([]any)
+			if len(policies) == 0 {
+				fail("function %s has no Policies; it needs %v on the table", r.id, dynamo.Actions())
+			}
+			for i, p := range policies {
+				pm, ok := p.(map[string]any)
+				if !ok || pm["Statement"] == nil {
+					// A managed policy name or a SAM policy template
+					// (DynamoDBCrudPolicy, ...) grants actions this test
+					// cannot see: only inline documents are allowed.
+					fail("function %s: Policies[%d] is %v; use an inline policy document so the granted actions can be checked", r.id, i, p)
+					continue
+				}
+				docs = append(docs, pm)
+			}
+		case "AWS::IAM::Role":
+			if ps, ok := r.props["Policies"].([]any); ok {
+				for _, p := range ps {
+					if pm, ok := p.(map[string]any); ok {
+						docs = append(docs, pm["PolicyDocument"])
+					}
+				}
+			}
+		case "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy":
+			docs = append(docs, r.props["PolicyDocument"])
+		}
+		granted := map[string]int{}
+		for _, d := range docs {
+			dm, _ := d.(map[string]any)
+			for _, st := range asList(dm["Statement"]) {
+				sm, ok := st.(map[string]any)
+				if !ok {
+					fail("%s: a policy statement is %v, not a mapping", r.id, st)
+					continue
+				}
+				var dyn []string
+				for _, a := range asList(sm["Action"]) {
+					s, _ := a.(string)
+					if s == "*" || strings.HasPrefix(strings.ToLower(s), "dynamodb:") {
+						dyn = append(dyn, s)
+					}
+				}
+				if sm["NotAction"] != nil {
+					fail("%s: NotAction grants everything not listed; list the DynamoDB actions instead", r.id)
+				}
+				if len(dyn) == 0 {
+					continue
+				}
+				if sm["Effect"] != "Allow" {
+					continue // a Deny never widens the grant
+				}
+				for _, a := range dyn {
+					granted[a]++
+				}
+				res := asList(sm["Resource"])
+				if len(res) != 1 || !equal(res[0], wantResource) {
+					fail("%s: DynamoDB actions %v are granted on %v, want only the table's ARN %v", r.id, dyn, sm["Resource"], wantResource)
+				}
+			}
+		}
+		if r.typ != "AWS::Serverless::Function" && len(granted) == 0 {
+			continue
+		}
+		var got []string
+		for a, n := range granted {
+			got = append(got, a)
+			if n > 1 {
+				fail("%s grants %s %d times", r.id, a, n)
+			}
+		}
+		sort.Strings(got)
+		want := dynamo.Actions()
+		for _, a := range want {
+			if granted[a] == 0 {
+				fail("%s does not grant %s, which the dynamo stores call", r.id, a)
+			}
+		}
+		for _, a := range got {
+			if !slices.Contains(want, a) {
+				fail("%s grants %s, which the dynamo stores never call (want exactly %v)", r.id, a, want)
+			}
+		}
+	}
+	if functions == 0 {
+		fail("template declares no AWS::Serverless::Function")
+	}
+	return errs
+}
+
+func asList(v any) []any {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case []any:
+		return x
+	default:
+		return []any{x}
+	}
+}
+
+// equal compares decoded YAML values.
+func equal(a, b any) bool {
+	return fmt.Sprintf("%#v", normalise(a)) == fmt.Sprintf("%#v", normalise(b))
+}
+
+// normalise makes maps print in a fixed order.
+func normalise(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out := make([]any, 0, 2*len(keys))
+		for _, k := range keys {
+			out = append(out, k, normalise(x[k]))
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = normalise(e)
+		}
+		return out
+	}
+	return v
+}
+
+func readTemplate(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(templatePath)
+	if err != nil {
+		t.Fatalf("reading the SAM template: %v", err)
+	}
+	return string(b)
+}
+
+func TestTemplateMatchesCode(t *testing.T) {
+	doc, err := parseCFN([]byte(readTemplate(t)))
+	if err != nil {
+		t.Fatalf("parsing %s: %v", templatePath, err)
+	}
+	for _, err := range checkTemplate(doc) {
+		t.Error(err)
+	}
+	if len(dynamo.Actions()) == 0 {
+		t.Fatal("dynamo.Actions() is empty")
+	}
+}
+
+func TestTemplateParserHandlesShortTags(t *testing.T) {
+	doc, err := parseCFN([]byte(`
+Conditions:
+  C: !Not [!Equals [!Ref P, ""]]
+X:
+  a: !Ref Table
+  b: !GetAtt Table.Arn
+  c: !Sub "arn:${AWS::Partition}:x"
+  d: !If [C, [!Ref P], !Ref "AWS::NoValue"]
+  e: !Join ["", [a, !GetAtt [T, Arn]]]
+  f: !Ref 123
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := doc["X"].(map[string]any)
+	for k, want := range map[string]any{
+		"a": map[string]any{"Ref": "Table"},
+		"b": map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}},
+		"c": map[string]any{"Fn::Sub": "arn:${AWS::Partition}:x"},
+		"d": map[string]any{"Fn::If": []any{"C", []any{map[string]any{"Ref": "P"}}, map[string]any{"Ref": "AWS::NoValue"}}},
+		"e": map[string]any{"Fn::Join": []any{"", []any{"a", map[string]any{"Fn::GetAtt": []any{"T", "Arn"}}}}},
+		"f": map[string]any{"Ref": "123"},
+	} {
+		if !equal(x[k], want) {
+			t.Errorf("%s: got %#v, want %#v", k, x[k], want)
+		}
+	}
+	cond := doc["Conditions"].(map[string]any)["C"]
+	if !equal(cond, map[string]any{"Fn::Not": []any{map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "P"}, ""}}}}) {
+		t.Errorf("condition: %#v", cond)
+	}
+	for _, bad := range []string{"a: !Reff X", "a: !GetAtt NoDot", "a: 1\na: 2"} {
+		if _, err := parseCFN([]byte(bad)); err == nil {
+			t.Errorf("parseCFN(%q) succeeded", bad)
+		}
+	}
+}
+
+// TestTemplateCheckCatchesDrift mutates the real template and checks that
+// each mutation is reported: the check can fail.
+func TestTemplateCheckCatchesDrift(t *testing.T) {
+	src := readTemplate(t)
+	actions := dynamo.Actions()
+	lastAction := "                - " + actions[len(actions)-1] + "\n"
+	for _, tc := range []struct {
+		name, old, new, want string
+	}{
+		{"other key", "        - AttributeName: pk\n          KeyType: HASH", "        - AttributeName: id\n          KeyType: HASH", "KeySchema"},
+		{"other key type", "          AttributeType: S", "          AttributeType: B", "AttributeDefinitions"},
+		{"provisioned", "BillingMode: PAY_PER_REQUEST", "BillingMode: PROVISIONED", "BillingMode"},
+		{"other TTL", "        AttributeName: expires\n", "        AttributeName: ttl\n", "TimeToLiveSpecification"},
+		{"TTL off", "        Enabled: true\n", "        Enabled: false\n", "TimeToLiveSpecification"},
+		{"missing action", lastAction, "", "does not grant " + actions[len(actions)-1]},
+		{"extra action", lastAction, lastAction + "                - dynamodb:Scan\n", "grants dynamodb:Scan"},
+		{"wildcard", lastAction, lastAction + "                - dynamodb:*\n", "grants dynamodb:*"},
+		{"duplicate", lastAction, lastAction + lastAction, "times"},
+		{"any resource", "              Resource: !GetAtt Table.Arn", "              Resource: \"*\"", "want only the table's ARN"},
+		{"index resource", "              Resource: !GetAtt Table.Arn", "              Resource:\n                - !GetAtt Table.Arn\n                - !Sub \"${Table.Arn}/index/*\"", "want only the table's ARN"},
+		{"policy template", "      Policies:\n", "      Policies:\n        - DynamoDBCrudPolicy:\n            TableName: !Ref Table\n", "inline policy document"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(src, tc.old) {
+				t.Fatalf("template.yaml no longer contains %q; update the mutation", tc.old)
+			}
+			doc, err := parseCFN([]byte(strings.Replace(src, tc.old, tc.new, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := checkTemplate(doc)
+			for _, err := range errs {
+				if strings.Contains(err.Error(), tc.want) {
+					return
+				}
+			}
+			t.Errorf("mutation not reported with %q; errors: %v", tc.want, errs)
+		})
+	}
+}

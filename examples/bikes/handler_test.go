@@ -1,0 +1,667 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/retry"
+)
+
+// fakeClock is a retry.Clock whose Sleep advances Now instead of waiting.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+	return nil
+}
+
+// midWindow is a time in the middle of a 10 s window, so that a test's few
+// simulated milliseconds never cross a window boundary.
+var midWindow = time.UnixMilli(1_800_000_005_000)
+
+// partner is a test partner API: answer decides the response per attempt.
+type partner struct {
+	srv      *httptest.Server
+	calls    atomic.Int64
+	mu       sync.Mutex
+	paths    []string
+	attempts []string
+}
+
+func newPartner(t *testing.T, answer func(w http.ResponseWriter, r *http.Request, attempt int)) *partner {
+	t.Helper()
+	p := &partner{}
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.calls.Add(1)
+		a := r.Header.Get(retry.DefaultAttemptHeader)
+		p.mu.Lock()
+		p.paths = append(p.paths, r.URL.Path)
+		p.attempts = append(p.attempts, a)
+		p.mu.Unlock()
+		n, _ := strconv.Atoi(a)
+		answer(w, r, n)
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *partner) seen() (paths, attempts []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.paths...), append([]string(nil), p.attempts...)
+}
+
+func bikesJSON(w http.ResponseWriter, _ *http.Request, _ int) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"available":7}`)
+}
+
+func status(code int) func(http.ResponseWriter, *http.Request, int) {
+	return func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(code) }
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fixture is a function wired to in-memory stores and a test partner.
+type fixture struct {
+	fn       *function
+	budgets  *local.BudgetStore
+	breakers *local.BreakerStore
+	emf      *syncBuffer
+	clock    *fakeClock
+}
+
+// testConfig is a configuration for unit tests: tiny waits, a breaker that
+// one environment can trip, and the partner at base.
+func testConfig(t *testing.T, base string) Config {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{
+		Table:          "bikes-test",
+		PartnerURL:     u,
+		Name:           "bikes-partner",
+		FunctionName:   "bikes-test",
+		LogLevel:       "info",
+		MaxAttempts:    3,
+		AttemptTimeout: 2 * time.Second,
+		BaseDelay:      time.Millisecond,
+		MaxDelay:       5 * time.Millisecond,
+		Ratio:          0.1,
+		Window:         10 * time.Second,
+		Floor:          3,
+		LocalFloor:     1,
+		Shards:         1,
+		FailureRatio:   0.5,
+		MinRequests:    1000,
+		MinReporters:   1,
+		BreakerWindow:  10 * time.Second,
+		OpenDuration:   30 * time.Second,
+		CacheTTL:       time.Second,
+		StoreTimeout:   time.Second,
+		FlushTimeout:   time.Second,
+	}
+}
+
+// newFixture builds a function over in-memory stores. clock may be nil
+// for the system clock.
+func newFixture(t *testing.T, cfg Config, clock *fakeClock) *fixture {
+	t.Helper()
+	f := &fixture{
+		budgets:  local.NewBudgetStore(),
+		breakers: local.NewBreakerStore(),
+		emf:      &syncBuffer{},
+		clock:    clock,
+	}
+	d := deps{
+		budgetStore:  f.budgets,
+		breakerStore: f.breakers,
+		rand:         func() float64 { return 0.5 },
+		metrics:      f.emf,
+		logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if clock != nil {
+		d.clock = clock
+	}
+	fn, err := newFunction(cfg, d)
+	if err != nil {
+		t.Fatalf("newFunction: %v", err)
+	}
+	f.fn = fn
+	return f
+}
+
+func request(station string) events.APIGatewayV2HTTPRequest {
+	req := events.APIGatewayV2HTTPRequest{
+		RouteKey: "GET /stations/{stationId}/bikes",
+		RawPath:  "/stations/" + station + "/bikes",
+	}
+	req.RequestContext.HTTP.Method = http.MethodGet
+	if station != "" {
+		req.PathParameters = map[string]string{pathParam: station}
+	}
+	return req
+}
+
+func (f *fixture) handle(t *testing.T, ctx context.Context, req events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	resp, err := f.fn.Handle(ctx, req)
+	if err != nil {
+		t.Fatalf("Handle returned an error: %v", err)
+	}
+	return resp
+}
+
+func decodeError(t *testing.T, resp events.APIGatewayV2HTTPResponse) errorBody {
+	t.Helper()
+	var b errorBody
+	if err := json.Unmarshal([]byte(resp.Body), &b); err != nil {
+		t.Fatalf("body %q is not an error body: %v", resp.Body, err)
+	}
+	return b
+}
+
+// emfRecords parses the EMF lines written so far.
+func emfRecords(t *testing.T, s string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("EMF line %q is not JSON: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func countMetric(t *testing.T, recs []map[string]any, metric string, match map[string]string) int {
+	t.Helper()
+	n := 0
+next:
+	for _, r := range recs {
+		if _, ok := r[metric]; !ok {
+			continue
+		}
+		for k, v := range match {
+			if r[k] != v {
+				continue next
+			}
+		}
+		n++
+	}
+	return n
+}
+
+func retryAfterHeader(t *testing.T, resp events.APIGatewayV2HTTPResponse) int {
+	t.Helper()
+	v, ok := resp.Headers["Retry-After"]
+	if !ok {
+		t.Fatalf("503 without Retry-After: headers %v", resp.Headers)
+	}
+	secs, err := strconv.Atoi(v)
+	if err != nil || secs < 1 {
+		t.Fatalf("Retry-After %q is not a whole number of seconds >= 1", v)
+	}
+	return secs
+}
+
+func TestHandleOK(t *testing.T) {
+	p := newPartner(t, bikesJSON)
+	f := newFixture(t, testConfig(t, p.srv.URL+"/v1"), nil)
+	resp := f.handle(t, context.Background(), request("nord-3"))
+	if resp.StatusCode != http.StatusOK || resp.Body != `{"available":7}` {
+		t.Fatalf("got %d %q, want 200 with the partner's JSON", resp.StatusCode, resp.Body)
+	}
+	if ct := resp.Headers["Content-Type"]; ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	paths, attempts := p.seen()
+	if len(paths) != 1 || paths[0] != "/v1/stations/nord-3/bikes" || attempts[0] != "1" {
+		t.Errorf("partner saw paths %v attempts %v, want one call to /v1/stations/nord-3/bikes, attempt 1", paths, attempts)
+	}
+}
+
+func TestHandleRejectsBadStationIDs(t *testing.T) {
+	p := newPartner(t, bikesJSON)
+	f := newFixture(t, testConfig(t, p.srv.URL), nil)
+	for _, id := range []string{"", "a/b", "a b", "..", "%2F", "nörd", "x;y", strings.Repeat("a", maxStationIDLen+1)} {
+		resp := f.handle(t, context.Background(), request(id))
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("station %q: got %d, want 400", id, resp.StatusCode)
+		}
+		if b := decodeError(t, resp); b.Message == "" {
+			t.Errorf("station %q: 400 without a message", id)
+		}
+	}
+	req := request("nord-3")
+	req.PathParameters = nil
+	if resp := f.handle(t, context.Background(), req); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("no path parameters: got %d, want 400", resp.StatusCode)
+	}
+	if resp := f.handle(t, context.Background(), request(strings.Repeat("A-9", maxStationIDLen/3))); resp.StatusCode != http.StatusOK {
+		t.Errorf("a valid id of %d characters: got %d", maxStationIDLen/3*3, resp.StatusCode)
+	}
+	if n := p.calls.Load(); n != 1 {
+		t.Errorf("partner called %d times, want only for the valid id", n)
+	}
+}
+
+func TestHandleRejectsOtherMethods(t *testing.T) {
+	p := newPartner(t, bikesJSON)
+	f := newFixture(t, testConfig(t, p.srv.URL), nil)
+	req := request("nord-3")
+	req.RequestContext.HTTP.Method = http.MethodPost
+	resp := f.handle(t, context.Background(), req)
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Headers["Allow"] != http.MethodGet {
+		t.Fatalf("got %d %v, want 405 with Allow: GET", resp.StatusCode, resp.Headers)
+	}
+	if p.calls.Load() != 0 {
+		t.Error("partner called")
+	}
+}
+
+func TestHandleAnswers503WhenBreakerForcedOpenInTable(t *testing.T) {
+	p := newPartner(t, bikesJSON)
+	f := newFixture(t, testConfig(t, p.srv.URL), nil)
+	if err := f.breakers.SetOverride(context.Background(), "bikes-partner", breaker.ForcedOpen, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	resp := f.handle(t, context.Background(), request("nord-3"))
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("got %d %s, want 503", resp.StatusCode, resp.Body)
+	}
+	secs := retryAfterHeader(t, resp)
+	if b := decodeError(t, resp); b.Reason != reasonBreakerOpen || b.RetryAfterSeconds != secs {
+		t.Errorf("body %+v, want reason %q and retryAfterSeconds %d", b, reasonBreakerOpen, secs)
+	}
+	if p.calls.Load() != 0 {
+		t.Error("partner called although the breaker is forced open")
+	}
+	recs := emfRecords(t, f.emf.String())
+	if n := countMetric(t, recs, metricBreakerStateChange, map[string]string{dimState: "open", "From": "closed"}); n != 1 {
+		t.Errorf("%d BreakerStateChange closed→open records, want 1; EMF:\n%s", n, f.emf.String())
+	}
+}
+
+func TestHandleOpensBreakerOnFailures(t *testing.T) {
+	p := newPartner(t, status(http.StatusInternalServerError))
+	cfg := testConfig(t, p.srv.URL)
+	cfg.MaxAttempts = 1
+	cfg.MinRequests = 4
+	clock := &fakeClock{t: midWindow}
+	f := newFixture(t, cfg, clock)
+	var resp events.APIGatewayV2HTTPResponse
+	for i := 0; i < 10; i++ {
+		resp = f.handle(t, context.Background(), request("nord-3"))
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			break
+		}
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("call %d: got %d, want 502 while the breaker is closed", i, resp.StatusCode)
+		}
+		clock.Sleep(context.Background(), 10*time.Millisecond)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("breaker never opened; partner calls %d", p.calls.Load())
+	}
+	secs := retryAfterHeader(t, resp)
+	if maxSecs := int(cfg.OpenDuration.Seconds()*(1+breaker.DefaultJitter)) + 1; secs > maxSecs {
+		t.Errorf("Retry-After %d s, above the open duration %v plus jitter", secs, cfg.OpenDuration)
+	}
+	if b := decodeError(t, resp); b.Reason != reasonBreakerOpen {
+		t.Errorf("reason %q, want %q", b.Reason, reasonBreakerOpen)
+	}
+	calls := p.calls.Load()
+	if calls < cfg.MinRequests {
+		t.Errorf("breaker opened after %d calls, before MinRequests %d", calls, cfg.MinRequests)
+	}
+	snap, err := f.breakers.Load(context.Background(), "bikes-partner")
+	if err != nil || snap.State != breaker.Open {
+		t.Errorf("state in the store: %+v, %v; want open", snap, err)
+	}
+	recs := emfRecords(t, f.emf.String())
+	if n := countMetric(t, recs, metricBreakerStateChange, map[string]string{dimState: "open"}); n != 1 {
+		t.Errorf("%d BreakerStateChange→open records, want 1", n)
+	}
+	// While open, calls do not reach the partner.
+	if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("next call: %d, want 503", resp.StatusCode)
+	}
+	if p.calls.Load() != calls {
+		t.Error("partner called while the breaker is open")
+	}
+}
+
+func TestHandleAnswers503WhenBudgetExhausted(t *testing.T) {
+	p := newPartner(t, status(http.StatusServiceUnavailable))
+	clock := &fakeClock{t: midWindow}
+	f := newFixture(t, testConfig(t, p.srv.URL), clock)
+
+	// First call: the local floor (1 retry) pays for one retry, then
+	// attempts are left but the local budget refuses.
+	resp := f.handle(t, context.Background(), request("nord-3"))
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("got %d %s, want 503", resp.StatusCode, resp.Body)
+	}
+	secs := retryAfterHeader(t, resp)
+	if b := decodeError(t, resp); b.Reason != reasonBudgetExhausted || b.RetryAfterSeconds != secs {
+		t.Errorf("body %+v, want reason %q", b, reasonBudgetExhausted)
+	}
+	if _, attempts := p.seen(); strings.Join(attempts, ",") != "1,2" {
+		t.Errorf("partner saw attempts %v, want 1,2", attempts)
+	}
+	// Second call: no retry at all.
+	f.handle(t, context.Background(), request("nord-3"))
+	if _, attempts := p.seen(); strings.Join(attempts, ",") != "1,2,1" {
+		t.Errorf("partner saw attempts %v, want 1,2,1", attempts)
+	}
+	recs := emfRecords(t, f.emf.String())
+	if n := countMetric(t, recs, metricBudgetExhausted, map[string]string{"Budget": local.RatioLayer}); n != 2 {
+		t.Errorf("%d BudgetExhausted records from %s, want 2; EMF:\n%s", n, local.RatioLayer, f.emf.String())
+	}
+}
+
+func TestHandleGlobalBudgetRefuses(t *testing.T) {
+	p := newPartner(t, status(http.StatusServiceUnavailable))
+	cfg := testConfig(t, p.srv.URL)
+	cfg.LocalFloor = 100 // the local layer would grant: the fleet-wide one decides
+	cfg.Floor = 2
+	clock := &fakeClock{t: midWindow}
+	f := newFixture(t, cfg, clock)
+	retries := 0
+	for i := 0; i < 4; i++ {
+		resp := f.handle(t, context.Background(), request("nord-3"))
+		if resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("call %d: got %d", i, resp.StatusCode)
+		}
+	}
+	_, attempts := p.seen()
+	for _, a := range attempts {
+		if a != "1" {
+			retries++
+		}
+	}
+	// 4 requests at ratio 0.1 earn 0.4 retries; the floor is 2.
+	if retries != 2 {
+		t.Errorf("fleet granted %d retries, want the floor of 2 (attempts %v)", retries, attempts)
+	}
+	recs := emfRecords(t, f.emf.String())
+	if n := countMetric(t, recs, metricBudgetExhausted, map[string]string{"Budget": "global:bikes-partner"}); n < 1 {
+		t.Errorf("no BudgetExhausted record from the global budget; EMF:\n%s", f.emf.String())
+	}
+}
+
+func TestHandlePartnerFailureIs502AfterRetries(t *testing.T) {
+	p := newPartner(t, status(http.StatusInternalServerError))
+	cfg := testConfig(t, p.srv.URL)
+	cfg.Ratio, cfg.LocalFloor, cfg.Floor = 1, 100, 100
+	f := newFixture(t, cfg, &fakeClock{t: midWindow})
+	resp := f.handle(t, context.Background(), request("nord-3"))
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("got %d, want 502", resp.StatusCode)
+	}
+	if _, ok := resp.Headers["Retry-After"]; ok {
+		t.Error("502 with Retry-After")
+	}
+	if _, attempts := p.seen(); strings.Join(attempts, ",") != "1,2,3" {
+		t.Errorf("attempts %v, want 1,2,3", attempts)
+	}
+}
+
+func TestHandlePartnerAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		answer     func(http.ResponseWriter, *http.Request, int)
+		want       int
+		wantCalls  int64
+		wantReason string
+	}{
+		{"unknown station", status(http.StatusNotFound), http.StatusNotFound, 1, ""},
+		{"bad request", status(http.StatusBadRequest), http.StatusBadGateway, 1, ""},
+		{"not JSON", func(w http.ResponseWriter, _ *http.Request, _ int) { _, _ = io.WriteString(w, "<html>") }, http.StatusBadGateway, 1, ""},
+		{"too long", func(w http.ResponseWriter, _ *http.Request, _ int) {
+			_, _ = io.WriteString(w, `"`+strings.Repeat("x", maxPartnerBody)+`"`)
+		}, http.StatusBadGateway, 1, ""},
+		{"busy with a long Retry-After", func(w http.ResponseWriter, _ *http.Request, _ int) {
+			w.Header().Set("Retry-After", "120")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}, http.StatusServiceUnavailable, 1, reasonPartnerBusy},
+		{"fails once", func(w http.ResponseWriter, r *http.Request, attempt int) {
+			if attempt == 1 {
+				w.WriteHeader(http.StatusBadGateway)
+				return
+			}
+			bikesJSON(w, r, attempt)
+		}, http.StatusOK, 2, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPartner(t, tc.answer)
+			f := newFixture(t, testConfig(t, p.srv.URL), &fakeClock{t: midWindow})
+			resp := f.handle(t, context.Background(), request("nord-3"))
+			if resp.StatusCode != tc.want {
+				t.Fatalf("got %d %s, want %d", resp.StatusCode, resp.Body, tc.want)
+			}
+			if n := p.calls.Load(); n != tc.wantCalls {
+				t.Errorf("partner called %d times, want %d", n, tc.wantCalls)
+			}
+			if tc.wantReason != "" {
+				if b := decodeError(t, resp); b.Reason != tc.wantReason {
+					t.Errorf("reason %q, want %q", b.Reason, tc.wantReason)
+				}
+				if secs := retryAfterHeader(t, resp); secs != 120 {
+					t.Errorf("Retry-After %d, want the partner's 120", secs)
+				}
+			}
+		})
+	}
+}
+
+func TestHandleAttemptTimeout(t *testing.T) {
+	// The first attempt hangs until the client gives up on it; the second
+	// answers.
+	p := newPartner(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+		if attempt == 1 {
+			<-r.Context().Done()
+			return
+		}
+		bikesJSON(w, r, attempt)
+	})
+	cfg := testConfig(t, p.srv.URL)
+	cfg.AttemptTimeout = 50 * time.Millisecond
+	f := newFixture(t, cfg, nil)
+	resp := f.handle(t, context.Background(), request("nord-3"))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %d %s, want 200 from the second attempt", resp.StatusCode, resp.Body)
+	}
+	if _, attempts := p.seen(); strings.Join(attempts, ",") != "1,2" {
+		t.Errorf("attempts %v, want 1,2", attempts)
+	}
+}
+
+func TestHandleRespectsInvocationDeadline(t *testing.T) {
+	// The partner never answers and the attempt timeout is longer than the
+	// invocation: the invocation's deadline must end the call, leaving time
+	// to flush and answer.
+	p := newPartner(t, func(w http.ResponseWriter, r *http.Request, _ int) { <-r.Context().Done() })
+	cfg := testConfig(t, p.srv.URL)
+	cfg.AttemptTimeout = time.Minute
+	cfg.FlushTimeout = 100 * time.Millisecond
+	f := newFixture(t, cfg, nil)
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	resp := f.handle(t, ctx, request("nord-3"))
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("got %d %s, want 502", resp.StatusCode, resp.Body)
+	}
+	if now := time.Now(); !now.Before(deadline) {
+		t.Errorf("Handle returned %v after the invocation's deadline", now.Sub(deadline))
+	}
+	if n := p.calls.Load(); n != 1 {
+		t.Errorf("partner called %d times; no retry fits after the deadline", n)
+	}
+}
+
+func TestHealthyInvocationsWriteNothing(t *testing.T) {
+	p := newPartner(t, bikesJSON)
+	clock := &fakeClock{t: midWindow}
+	f := newFixture(t, testConfig(t, p.srv.URL), clock)
+	for i := 0; i < 20; i++ {
+		if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusOK {
+			t.Fatalf("call %d: %d", i, resp.StatusCode)
+		}
+		clock.Sleep(context.Background(), 10*time.Millisecond) // 200 ms in all: within one CacheTTL
+	}
+	if w := f.budgets.Writes() + f.breakers.Writes(); w != 0 {
+		t.Errorf("%d store writes on the healthy path, want 0", w)
+	}
+	if r := f.breakers.Reads(); r != 1 {
+		t.Errorf("%d breaker reads in one CacheTTL, want 1", r)
+	}
+	if f.emf.String() != "" {
+		t.Errorf("EMF on the healthy path: %s", f.emf.String())
+	}
+}
+
+func TestFlushReportsPendingRequests(t *testing.T) {
+	// Once this environment has used the fleet-wide budget in a window, its
+	// later requests are deposited by the flush at the end of each
+	// invocation, so that allowance they earn is not lost when the
+	// environment is frozen.
+	p := newPartner(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+		if attempt == 1 && strings.Contains(r.URL.Path, "fails-once") {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		bikesJSON(w, r, attempt)
+	})
+	cfg := testConfig(t, p.srv.URL)
+	cfg.Ratio = 1 // every request earns a whole retry, so every flush has something to write
+	clock := &fakeClock{t: midWindow}
+	f := newFixture(t, cfg, clock)
+
+	if resp := f.handle(t, context.Background(), request("fails-once")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %d", resp.StatusCode)
+	}
+	if w := f.budgets.Writes(); w != 1 {
+		t.Fatalf("%d budget writes after one global retry, want 1 (the lease, with the request deposited)", w)
+	}
+	if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %d", resp.StatusCode)
+	}
+	if w := f.budgets.Writes(); w != 2 {
+		t.Errorf("%d budget writes after a healthy invocation in the same window, want 2 (its request flushed)", w)
+	}
+}
+
+func TestRetryAfterSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{&breaker.OpenError{Name: "p", State: breaker.Open, RetryAfter: 1500 * time.Millisecond}, 2},
+		{&breaker.OpenError{Name: "p", State: breaker.Open, RetryAfter: time.Millisecond}, 1},
+		{&breaker.OpenError{Name: "p", State: breaker.Open, RetryAfter: 3 * time.Second}, 3},
+		{&breaker.OpenError{Name: "p", State: breaker.Open}, int(fallbackRetryAfter / time.Second)},
+		{&retry.StatusError{StatusCode: 503, RetryAfter: 48 * time.Hour}, 86400},
+	} {
+		if got := retryAfterSeconds(tc.err); got != tc.want {
+			t.Errorf("retryAfterSeconds(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestValidStationID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"nord-3": true, "A": true, "0-0": true, strings.Repeat("z", 64): true,
+		"": false, strings.Repeat("z", 65): false, "a_b": false, "a.b": false, "a/b": false, "ä": false, "a\x00": false,
+	} {
+		if got := validStationID(id); got != want {
+			t.Errorf("validStationID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
+
+func TestConcurrentInvocations(t *testing.T) {
+	// Lambda Managed Instances run several invocations in one environment
+	// at once; the function and its metrics must be safe for that.
+	p := newPartner(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+		if attempt == 1 && strings.HasSuffix(r.URL.Path, "7/bikes") {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		bikesJSON(w, r, attempt)
+	})
+	f := newFixture(t, testConfig(t, p.srv.URL), nil)
+	var wg sync.WaitGroup
+	codes := make([]int, 40)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := f.fn.Handle(context.Background(), request("s-"+strconv.Itoa(i)))
+			if err != nil {
+				t.Error(err)
+			}
+			codes[i] = resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != http.StatusOK && c != http.StatusServiceUnavailable {
+			t.Errorf("call %d: %d", i, c)
+		}
+	}
+}
