@@ -1,0 +1,648 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
+)
+
+// Config configures an Executor. The zero value of every field means its
+// default; New validates the rest and names the field it rejects. Hooks
+// (On*) run synchronously on the calling goroutine and must not block.
+type Config struct {
+	// MaxAttempts is the number of attempts of one call, the first one
+	// included (default DefaultMaxAttempts; 1 disables retries).
+	MaxAttempts int
+
+	// TransientBase is the backoff base after a transient failure (default
+	// DefaultTransientBase), ThrottlingBase after throttling (default
+	// DefaultThrottlingBase). The wait before retry n (from 0) is full
+	// jitter: random × min(MaxDelay, base × 2^n). A base set above MaxDelay
+	// is an error; a defaulted base above MaxDelay is lowered to MaxDelay.
+	TransientBase  time.Duration
+	ThrottlingBase time.Duration
+	// MaxDelay caps the jitter part of one wait (default DefaultMaxDelay).
+	MaxDelay time.Duration
+
+	// AttemptTimeout, if positive, bounds each attempt with
+	// context.WithTimeout (real time, not Clock). An attempt that runs out
+	// of it is a timeout: retried only when the call is idempotent, and a
+	// failure for the breaker. Note that context.WithTimeout allocates, so
+	// the healthy path is allocation-free only without it. Default 0: the
+	// attempts share the caller's context.
+	AttemptTimeout time.Duration
+
+	// DeadlineMargin is kept free before the context's deadline: when
+	// now + wait would reach deadline - DeadlineMargin the executor gives
+	// up at once with the partner's error (Reason DeadlineTooClose) instead
+	// of sleeping into a deadline it cannot meet (default
+	// DefaultDeadlineMargin; use a tiny positive value for "no margin").
+	DeadlineMargin time.Duration
+
+	// MaxRetryAfter is the longest Retry-After honoured (default
+	// DefaultMaxRetryAfter). Retry-After is a lower bound (wait = hint +
+	// jitter, never less than the partner asked), so a longer hint is not
+	// shortened: the executor gives up at once with the partner's error
+	// (Reason RetryAfterTooLong). Together with the deadline check this
+	// keeps a hostile Retry-After from parking a call, with or without a
+	// deadline.
+	MaxRetryAfter time.Duration
+
+	// Idempotent says whether Do's calls may be repeated after they may
+	// have reached the partner (a timeout, a reset connection). Statuses
+	// the partner sends to ask for a retry (408, 429, 5xx) and failures
+	// before the request left are retried either way. DoIdempotent and the
+	// generic DoIdempotent choose per call.
+	Idempotent bool
+
+	// Budgets are asked, in order, before every retry; all must grant
+	// (budget.AcquireAll). Put the in-memory local budget first and the
+	// fleet-wide one after it, so that a local refusal costs no store call.
+	// A layer that cannot reach its store abstains and is reported to
+	// OnStoreError. No budgets: retries are limited by MaxAttempts only.
+	Budgets []budget.Budget
+
+	// Breaker, if not nil, gates every attempt (the first and each retry)
+	// and is told every attempt's outcome. Its state changes are reported
+	// through breaker.Settings.OnStateChange, set where the breaker is made.
+	Breaker *breaker.Breaker
+
+	// Classifiers run, in order, before the built-in chain (ClassifyControl,
+	// ClassifyStatus, ClassifyNetwork); the first answer other than
+	// NoOpinion wins. Return NoRetryExcluded for errors that are not the
+	// partner's fault, so the breaker does not count them.
+	Classifiers []Classifier
+
+	// Clock is the source of time and sleep (default SystemClock).
+	Clock Clock
+	// Rand returns numbers in [0, 1) for the jitter (default
+	// math/rand/v2.Float64). It is called concurrently.
+	Rand func() float64
+
+	// OnRetry is called before every backoff wait, after the budgets
+	// granted the retry.
+	OnRetry func(RetryEvent)
+	// OnGiveUp is called whenever a call ends with an error after the
+	// executor decided not to go on (including budget and breaker
+	// refusals).
+	OnGiveUp func(GiveUpEvent)
+	// OnBudgetExhausted is called when a budget refuses a retry, with the
+	// error about to be returned.
+	OnBudgetExhausted func(*budget.ExhaustedError)
+	// OnStoreError is called when budget layer Budgets[layer] could not
+	// decide (its store failed) and abstained.
+	OnStoreError func(layer int, err error)
+	// Logger, if not nil, logs budget exhaustion and store errors at Warn,
+	// give-ups after retrying at Info, and other give-ups at Debug.
+	Logger *slog.Logger
+}
+
+// RetryEvent describes a retry about to happen.
+type RetryEvent struct {
+	// Attempt is the attempt that failed (1 for the first); the next one
+	// is Attempt+1.
+	Attempt int
+	// Delay is the wait before the next attempt: RetryAfter + jitter.
+	Delay time.Duration
+	// RetryAfter is the partner's hint included in Delay, or zero.
+	RetryAfter time.Duration
+	// Err is the failed attempt's error.
+	Err error
+	// Kind is the kind the retry was charged as.
+	Kind budget.Kind
+}
+
+// GiveUpEvent describes a call that ends in an error.
+type GiveUpEvent struct {
+	// Attempts is the number of attempts made (0 when the breaker rejected
+	// the first one).
+	Attempts int
+	// Reason is why the executor stopped.
+	Reason Reason
+	// Err is the error returned to the caller.
+	Err error
+}
+
+// ConfigError is a Config field New rejected.
+type ConfigError struct {
+	// Field is the name of the Config field, e.g. "MaxAttempts" or
+	// "Budgets[1]".
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// Error names the field and the reason.
+func (e *ConfigError) Error() string { return "herdguard: retry Config." + e.Field + " " + e.Reason }
+
+// Executor runs calls with retries behind a breaker and retry budgets. It
+// is immutable after New and safe for concurrent use; keep one per partner
+// for the lifetime of the process (in Lambda, at package level).
+type Executor struct {
+	maxAttempts    int
+	transientBase  time.Duration
+	throttlingBase time.Duration
+	maxDelay       time.Duration
+	attemptTimeout time.Duration
+	margin         time.Duration
+	maxRetryAfter  time.Duration
+	idempotent     bool
+
+	budgets     []budget.Budget
+	breaker     *breaker.Breaker
+	classifiers []Classifier
+	clock       Clock
+	sysClock    bool // clock is SystemClock: attempt ends are measured on the monotonic clock
+	rand        func() float64
+
+	onRetry           func(RetryEvent)
+	onGiveUp          func(GiveUpEvent)
+	onBudgetExhausted func(*budget.ExhaustedError)
+	onStoreError      func(int, error)
+	logger            *slog.Logger
+	storeErr          func(int, error) // nil when nobody listens
+}
+
+// New validates cfg, fills in the defaults and returns an Executor.
+func New(cfg Config) (*Executor, error) {
+	if err := validateDurations(&cfg); err != nil {
+		return nil, err
+	}
+	e := &Executor{
+		maxAttempts:       cfg.MaxAttempts,
+		transientBase:     cfg.TransientBase,
+		throttlingBase:    cfg.ThrottlingBase,
+		maxDelay:          cfg.MaxDelay,
+		attemptTimeout:    cfg.AttemptTimeout,
+		margin:            cfg.DeadlineMargin,
+		maxRetryAfter:     cfg.MaxRetryAfter,
+		idempotent:        cfg.Idempotent,
+		breaker:           cfg.Breaker,
+		clock:             cfg.Clock,
+		rand:              cfg.Rand,
+		onRetry:           cfg.OnRetry,
+		onGiveUp:          cfg.OnGiveUp,
+		onBudgetExhausted: cfg.OnBudgetExhausted,
+		onStoreError:      cfg.OnStoreError,
+		logger:            cfg.Logger,
+	}
+	switch {
+	case cfg.MaxAttempts < 0:
+		return nil, &ConfigError{"MaxAttempts", fmt.Sprintf("is %d; want at least 1 (0 means %d)", cfg.MaxAttempts, DefaultMaxAttempts)}
+	case cfg.MaxAttempts == 0:
+		e.maxAttempts = DefaultMaxAttempts
+	}
+	for i, b := range cfg.Budgets {
+		if b == nil {
+			return nil, &ConfigError{fmt.Sprintf("Budgets[%d]", i), "is nil"}
+		}
+	}
+	e.budgets = append([]budget.Budget(nil), cfg.Budgets...)
+	for i, c := range cfg.Classifiers {
+		if c == nil {
+			return nil, &ConfigError{fmt.Sprintf("Classifiers[%d]", i), "is nil"}
+		}
+	}
+	e.classifiers = append([]Classifier(nil), cfg.Classifiers...)
+	if e.clock == nil {
+		e.clock = SystemClock{}
+	}
+	_, e.sysClock = e.clock.(SystemClock)
+	if e.rand == nil {
+		e.rand = rand.Float64
+	}
+	if e.onStoreError != nil || e.logger != nil {
+		e.storeErr = e.reportStoreError
+	}
+	return e, nil
+}
+
+// validateDurations checks the durations of cfg and fills in their
+// defaults in place.
+func validateDurations(cfg *Config) error {
+	for _, f := range [...]struct {
+		name string
+		d    time.Duration
+	}{
+		{"TransientBase", cfg.TransientBase},
+		{"ThrottlingBase", cfg.ThrottlingBase},
+		{"MaxDelay", cfg.MaxDelay},
+		{"AttemptTimeout", cfg.AttemptTimeout},
+		{"DeadlineMargin", cfg.DeadlineMargin},
+		{"MaxRetryAfter", cfg.MaxRetryAfter},
+	} {
+		if f.d < 0 {
+			return &ConfigError{f.name, fmt.Sprintf("is negative (%s)", f.d)}
+		}
+	}
+	if cfg.MaxDelay == 0 {
+		cfg.MaxDelay = DefaultMaxDelay
+	}
+	for _, b := range [...]struct {
+		name string
+		d    *time.Duration
+		def  time.Duration
+	}{
+		{"TransientBase", &cfg.TransientBase, DefaultTransientBase},
+		{"ThrottlingBase", &cfg.ThrottlingBase, DefaultThrottlingBase},
+	} {
+		switch {
+		case *b.d == 0:
+			*b.d = min(b.def, cfg.MaxDelay)
+		case *b.d > cfg.MaxDelay:
+			return &ConfigError{b.name, fmt.Sprintf("(%s) is above MaxDelay (%s)", *b.d, cfg.MaxDelay)}
+		}
+	}
+	if cfg.DeadlineMargin == 0 {
+		cfg.DeadlineMargin = DefaultDeadlineMargin
+	}
+	if cfg.MaxRetryAfter == 0 {
+		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	return nil
+}
+
+// MaxAttempts returns the configured number of attempts per call.
+func (e *Executor) MaxAttempts() int { return e.maxAttempts }
+
+// Do calls op until it succeeds or the executor gives up, and returns nil
+// or the reason it gave up:
+//   - the partner's error wrapped in a *GiveUpError (errors.Is and
+//     errors.As reach the partner's error; Attempts and Reason are there);
+//   - a *budget.ExhaustedError (errors.Is(err, budget.ErrExhausted)) when a
+//     budget refused the retry, with Attempts and the partner's error;
+//   - the breaker's *breaker.OpenError when it rejected the first attempt
+//     (errors.Is(err, breaker.ErrOpen)), or a *GiveUpError whose Cause is
+//     that error when it rejected a retry;
+//   - ctx.Err() when ctx had already ended.
+//
+// RetryAfter extracts a hint from any of them. op receives the attempt
+// number, from 1, and a context bounded by AttemptTimeout if set. Whether
+// the call counts as idempotent comes from Config.Idempotent.
+//
+// On the healthy path (breaker closed, in-memory budgets, first attempt
+// succeeds, no AttemptTimeout) Do does not allocate.
+func (e *Executor) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
+	_, err := run(ctx, e, call{idempotent: e.idempotent}, func(ctx context.Context, attempt int) (struct{}, error) {
+		return struct{}{}, op(ctx, attempt)
+	})
+	return err
+}
+
+// DoIdempotent is Do with the call's idempotency given explicitly instead
+// of taken from Config.Idempotent.
+func (e *Executor) DoIdempotent(ctx context.Context, idempotent bool, op func(ctx context.Context, attempt int) error) error {
+	_, err := run(ctx, e, call{idempotent: idempotent}, func(ctx context.Context, attempt int) (struct{}, error) {
+		return struct{}{}, op(ctx, attempt)
+	})
+	return err
+}
+
+// Do is Executor.Do for an operation that returns a value: it returns the
+// value of the successful attempt, or T's zero value and the error.
+func Do[T any](ctx context.Context, e *Executor, op func(ctx context.Context, attempt int) (T, error)) (T, error) {
+	return run(ctx, e, call{idempotent: e.idempotent}, op)
+}
+
+// DoIdempotent is Do with the call's idempotency given explicitly.
+func DoIdempotent[T any](ctx context.Context, e *Executor, idempotent bool, op func(ctx context.Context, attempt int) (T, error)) (T, error) {
+	return run(ctx, e, call{idempotent: idempotent}, op)
+}
+
+// Flush flushes the budgets that keep counts in memory (budget.FlushAll)
+// and the breaker, and joins their errors. A Lambda handler calls it
+// before returning.
+func (e *Executor) Flush(ctx context.Context) error {
+	err := budget.FlushAll(ctx, e.budgets)
+	if e.breaker != nil {
+		err = errors.Join(err, e.breaker.Flush(ctx))
+	}
+	return err
+}
+
+// call holds the per-call settings of run.
+type call struct {
+	// idempotent is passed to the classifiers.
+	idempotent bool
+	// strict retries only failures proving the request never reached the
+	// partner (Transport, for a request that may not be repeated).
+	strict bool
+	// maxAttempts, if positive and lower, replaces the executor's.
+	maxAttempts int
+	// ownTimeout: op applies AttemptTimeout itself (Transport, whose
+	// response body outlives the attempt).
+	ownTimeout bool
+	// beforeWait runs after a retry was granted, before the backoff wait.
+	beforeWait func()
+}
+
+// run is the retry loop, shared by every entry point: breaker gate →
+// attempt → breaker outcome → classification → attempts left? → delay and
+// deadline check → budgets → wait → next attempt.
+func run[T any](ctx context.Context, e *Executor, c call, op func(context.Context, int) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	maxAttempts := e.maxAttempts
+	if c.maxAttempts > 0 && c.maxAttempts < maxAttempts {
+		maxAttempts = c.maxAttempts
+	}
+
+	var (
+		now      = e.now()
+		permit   breaker.Permit
+		release  budget.Release // grant of the retry in progress, if any
+		cancel   context.CancelFunc
+		inFlight bool // op is running: if it panics, settle permit and grant
+		lastErr  error
+	)
+	defer func() {
+		if inFlight { // op panicked; account for it and let the panic go on
+			if cancel != nil {
+				cancel()
+			}
+			if e.breaker != nil {
+				e.breaker.Done(ctx, e.clock.Now(), permit, breaker.Failure)
+			}
+			release.Done(budget.RetryFailed)
+		}
+	}()
+
+	for attempt := 1; ; attempt++ {
+		if e.breaker != nil {
+			var err error
+			if permit, err = e.breaker.Allow(ctx, now); err != nil {
+				release.Done(budget.RetryNotUsed)
+				return zero, e.rejected(ctx, attempt-1, lastErr, err)
+			}
+		}
+		if attempt == 1 {
+			for _, b := range e.budgets {
+				b.RecordRequest(now)
+			}
+		}
+
+		actx := ctx
+		if e.attemptTimeout > 0 && !c.ownTimeout {
+			actx, cancel = context.WithTimeout(ctx, e.attemptTimeout)
+		}
+		inFlight = true
+		v, err := op(actx, attempt)
+		inFlight = false
+		timedOut := false
+		if cancel != nil {
+			timedOut = err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
+			cancel()
+			cancel = nil
+		}
+		now = e.attemptEnd(now)
+
+		if err == nil {
+			if e.breaker != nil {
+				e.breaker.Done(ctx, now, permit, breaker.Success)
+			}
+			if attempt == 1 {
+				for _, b := range e.budgets {
+					b.RecordSuccess(now)
+				}
+			} else {
+				release.Done(budget.RetrySucceeded)
+			}
+			return v, nil
+		}
+
+		verdict := e.classify(ctx, c, err, timedOut)
+		if e.breaker != nil {
+			e.breaker.Done(ctx, now, permit, verdict.outcome())
+		}
+		release.Done(budget.RetryFailed)
+		release = nil
+		lastErr = err
+
+		if !verdict.Retryable() {
+			return zero, e.giveUp(ctx, attempt, NotRetryable, err, nil)
+		}
+		if attempt >= maxAttempts {
+			return zero, e.giveUp(ctx, attempt, AttemptsExhausted, err, nil)
+		}
+		kind := verdict.kind()
+		hint := partnerHint(err)
+		deadline, hasDeadline := ctx.Deadline()
+		delay, reason, ok := e.plan(now, deadline, hasDeadline, attempt-1, kind, hint, e.rand())
+		if !ok {
+			return zero, e.giveUp(ctx, attempt, reason, err, nil)
+		}
+		rel, berr := budget.AcquireAll(ctx, now, kind, e.budgets, e.storeErr)
+		if berr != nil {
+			return zero, e.exhausted(ctx, attempt, err, berr, delay)
+		}
+		release = rel
+		if e.onRetry != nil {
+			e.onRetry(RetryEvent{Attempt: attempt, Delay: delay, RetryAfter: hint, Err: err, Kind: kind})
+		}
+		if c.beforeWait != nil {
+			c.beforeWait()
+		}
+		if serr := e.clock.Sleep(ctx, delay); serr != nil {
+			release.Done(budget.RetryNotUsed)
+			return zero, e.giveUp(ctx, attempt, ContextDone, err, serr)
+		}
+		now = e.now()
+	}
+}
+
+// now reads the clock, calling time.Now directly for the system clock.
+func (e *Executor) now() time.Time {
+	if e.sysClock {
+		return time.Now()
+	}
+	return e.clock.Now()
+}
+
+// attemptEnd returns the time an attempt that started at start ended. With
+// the system clock it is start plus the monotonic time elapsed, which costs
+// half a time.Now (one clock read instead of two) and ignores wall-clock
+// jumps during the attempt.
+func (e *Executor) attemptEnd(start time.Time) time.Time {
+	if e.sysClock {
+		return start.Add(time.Since(start))
+	}
+	return e.clock.Now()
+}
+
+// classify runs the classification chain over the error of one attempt.
+func (e *Executor) classify(ctx context.Context, c call, err error, timedOut bool) Verdict {
+	v := NoOpinion
+	for _, cl := range e.classifiers {
+		if v = cl(err, c.idempotent); v != NoOpinion {
+			break
+		}
+	}
+	if v == NoOpinion && timedOut {
+		// The attempt ran out of AttemptTimeout, whatever op returned.
+		v = NoRetryFailure
+		if c.idempotent {
+			v = RetryTransient
+		}
+	}
+	if v == NoOpinion {
+		for _, cl := range defaultClassifiers {
+			if v = cl(err, c.idempotent); v != NoOpinion {
+				break
+			}
+		}
+	}
+	if v == NoOpinion || v > NoRetryExcluded {
+		v = NoRetryExcluded // unknown: most likely the caller's own bug
+	}
+	if !v.Retryable() {
+		return v
+	}
+	if c.strict && !neverSent(err) {
+		return NoRetryFailure
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		// The caller's context ended: no retry can run. A cancellation
+		// says nothing about the partner; a deadline means it did not
+		// answer in the time the caller had.
+		if errors.Is(cerr, context.Canceled) {
+			return NoRetryExcluded
+		}
+		return NoRetryFailure
+	}
+	return v
+}
+
+// plan computes the wait before retry number retry (0 for the first) after
+// a failure of the given kind with the partner's hint, and checks it against
+// MaxRetryAfter and the deadline. ok is false, with the reason, when the
+// executor must give up instead. The wait is never negative, and when ok,
+// now + wait + DeadlineMargin is before the deadline.
+func (e *Executor) plan(now, deadline time.Time, hasDeadline bool, retry int, kind budget.Kind, hint time.Duration, random float64) (wait time.Duration, reason Reason, ok bool) {
+	if hint < 0 {
+		hint = 0
+	}
+	if hint > e.maxRetryAfter {
+		return 0, RetryAfterTooLong, false
+	}
+	base := e.transientBase
+	if kind == budget.Throttling {
+		base = e.throttlingBase
+	}
+	wait = addSat(hint, FullJitter(retry, base, e.maxDelay, random))
+	if hasDeadline {
+		left := subSat(deadline.Sub(now), e.margin)
+		if wait >= left {
+			return 0, DeadlineTooClose, false
+		}
+	}
+	return wait, 0, true
+}
+
+// addSat and subSat add and subtract durations, saturating instead of
+// overflowing.
+func addSat(a, b time.Duration) time.Duration {
+	if s := a + b; (b > 0 && s < a) || (b < 0 && s > a) {
+		if b > 0 {
+			return time.Duration(1<<63 - 1)
+		}
+		return time.Duration(-1 << 63)
+	}
+	return a + b
+}
+
+func subSat(a, b time.Duration) time.Duration {
+	if b == -1<<63 {
+		if a >= 0 {
+			return time.Duration(1<<63 - 1)
+		}
+		return a - b
+	}
+	return addSat(a, -b)
+}
+
+// rejected builds the error for a breaker rejection after attempts attempts.
+func (e *Executor) rejected(ctx context.Context, attempts int, lastErr, openErr error) error {
+	var err error
+	if attempts == 0 {
+		err = openErr
+	} else {
+		gu := &GiveUpError{Attempts: attempts, Reason: BreakerOpen, Err: lastErr, Cause: openErr, RetryAfter: partnerHint(lastErr)}
+		var oe *breaker.OpenError
+		if errors.As(openErr, &oe) && oe.RetryAfter > gu.RetryAfter {
+			gu.RetryAfter = oe.RetryAfter
+		}
+		err = gu
+	}
+	e.notifyGiveUp(ctx, attempts, BreakerOpen, err)
+	return err
+}
+
+// giveUp wraps the partner's error of the last attempt.
+func (e *Executor) giveUp(ctx context.Context, attempts int, reason Reason, partnerErr, cause error) error {
+	err := &GiveUpError{Attempts: attempts, Reason: reason, Err: partnerErr, Cause: cause, RetryAfter: partnerHint(partnerErr)}
+	e.notifyGiveUp(ctx, attempts, reason, err)
+	return err
+}
+
+// exhausted builds the error for a budget refusal: a copy of the layer's
+// *budget.ExhaustedError (never the backend's own value, which it may
+// share) with Attempts and the partner's error filled in. When the layer
+// could not tell when it will grant again, RetryAfter is the wait the
+// executor would have made.
+func (e *Executor) exhausted(ctx context.Context, attempts int, partnerErr, refusal error, wait time.Duration) error {
+	ex := &budget.ExhaustedError{Attempts: attempts, Err: partnerErr}
+	var layer *budget.ExhaustedError
+	if errors.As(refusal, &layer) {
+		ex.Budget = layer.Budget
+		ex.RetryAfter = layer.RetryAfter
+	}
+	if ex.RetryAfter <= 0 {
+		ex.RetryAfter = wait
+	}
+	if e.onBudgetExhausted != nil {
+		e.onBudgetExhausted(ex)
+	}
+	if e.logger != nil {
+		e.logger.LogAttrs(ctx, slog.LevelWarn, "herdguard: retry budget exhausted",
+			slog.String("budget", ex.Budget), slog.Int("attempts", attempts),
+			slog.Duration("retry_after", ex.RetryAfter), slog.String("error", partnerErr.Error()))
+	}
+	e.notifyGiveUp(ctx, attempts, BudgetExhausted, ex)
+	return ex
+}
+
+func (e *Executor) notifyGiveUp(ctx context.Context, attempts int, reason Reason, err error) {
+	if e.onGiveUp != nil {
+		e.onGiveUp(GiveUpEvent{Attempts: attempts, Reason: reason, Err: err})
+	}
+	if e.logger == nil || reason == BudgetExhausted { // logged at Warn already
+		return
+	}
+	level := slog.LevelInfo
+	switch {
+	case reason == BreakerOpen, reason == ContextDone, attempts <= 1 && reason == NotRetryable:
+		level = slog.LevelDebug
+	}
+	if e.logger.Enabled(ctx, level) {
+		e.logger.LogAttrs(ctx, level, "herdguard: gave up",
+			slog.String("reason", reason.String()), slog.Int("attempts", attempts), slog.String("error", err.Error()))
+	}
+}
+
+func (e *Executor) reportStoreError(layer int, err error) {
+	if e.onStoreError != nil {
+		e.onStoreError(layer, err)
+	}
+	if e.logger != nil {
+		e.logger.LogAttrs(context.Background(), slog.LevelWarn, "herdguard: retry budget store unavailable; layer abstained",
+			slog.Int("layer", layer), slog.String("error", err.Error()))
+	}
+}

@@ -1,0 +1,375 @@
+package retry
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Defaults of TransportOptions.
+const (
+	// DefaultAttemptHeader carries the attempt number on every attempt.
+	DefaultAttemptHeader = "X-Herdguard-Attempt"
+	// DefaultIdempotencyKeyHeader is the header whose presence makes a POST
+	// or PATCH retryable (the IETF httpapi draft's name, which net/http
+	// also honours for its own replays).
+	DefaultIdempotencyKeyHeader = "Idempotency-Key"
+	// DefaultDrainLimit is how much of a failed response's body is read
+	// before closing it, so the connection can be reused. A longer body is
+	// closed without draining (the connection is then dropped).
+	DefaultDrainLimit = 64 << 10
+)
+
+// AttemptStyle is the format of the attempt header's value.
+type AttemptStyle uint8
+
+const (
+	// AttemptNumber sends the attempt number: "1", "2", ...
+	AttemptNumber AttemptStyle = iota
+	// AttemptAndMax sends the AWS SDKs' amz-sdk-request format:
+	// "attempt=2; max=3".
+	AttemptAndMax
+)
+
+// TransportOptions configures a Transport. The zero value means the
+// defaults.
+type TransportOptions struct {
+	// AttemptHeader names the header carrying the attempt count (default
+	// DefaultAttemptHeader). "-" sends none.
+	AttemptHeader string
+	// AttemptStyle is the header value's format (default AttemptNumber).
+	AttemptStyle AttemptStyle
+	// IdempotencyKeyHeader names the idempotency-key header (default
+	// DefaultIdempotencyKeyHeader).
+	IdempotencyKeyHeader string
+	// GenerateIdempotencyKey gives a request whose method is not idempotent
+	// (POST, PATCH, ...) and that has no key a random one (UUID version 4
+	// from crypto/rand), sent unchanged on every attempt, which makes it
+	// retryable. The caller's request is not modified.
+	GenerateIdempotencyKey bool
+	// DrainLimit is how many bytes of a retried response's body are read
+	// before it is closed (default DefaultDrainLimit).
+	DrainLimit int64
+}
+
+// Transport is an http.RoundTripper that sends each request through an
+// Executor: `&http.Client{Transport: t}` gets the breaker, the budgets, full
+// jitter, Retry-After and the deadline handling.
+//
+//   - GET, HEAD, OPTIONS, TRACE, PUT and DELETE are idempotent. Other
+//     methods (POST, PATCH) are retried only when the request carries an
+//     idempotency key (or TransportOptions.GenerateIdempotencyKey adds
+//     one); without a key they are retried only after failures proving the
+//     request never reached the partner (a failed dial, a refused
+//     connection), never once it may have.
+//   - A request body is replayed through Request.GetBody (set by
+//     http.NewRequest for in-memory bodies). A body without GetBody is sent
+//     once: no retry after the first attempt.
+//   - Each attempt is a clone of the request (the caller's is never
+//     modified) with the attempt header and, if generated, the key.
+//   - A response with status 400 or above is a *StatusError for the
+//     classification (Retry-After and x-amz-retry-after read from it).
+//     Before a retry the failed response's body is drained (up to
+//     DrainLimit) and closed. When the executor gives up on the partner's
+//     answer (not retryable, attempts used up, deadline too close,
+//     Retry-After too long), that last response is returned unchanged with
+//     a nil error, body open, as a plain http.Client would have returned
+//     it. When a budget or the breaker refuses, or the context ends, the
+//     response is closed and the error returned.
+//   - Config.AttemptTimeout bounds each attempt until its response
+//     headers arrive; reading the returned body is bounded by the
+//     request's context (or http.Client.Timeout), as without herdguard.
+//   - The request's context bounds everything, waits included.
+type Transport struct {
+	e          *Executor
+	base       http.RoundTripper
+	attemptHdr string // "" = none
+	style      AttemptStyle
+	keyHdr     string
+	generate   bool
+	drainLimit int64
+}
+
+// NewTransport returns a Transport sending through e, with base doing the
+// actual round trips (nil means http.DefaultTransport).
+func NewTransport(e *Executor, base http.RoundTripper, o TransportOptions) (*Transport, error) {
+	if e == nil {
+		return nil, errors.New("retry: NewTransport: Executor is nil")
+	}
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	t := &Transport{e: e, base: base, style: o.AttemptStyle, generate: o.GenerateIdempotencyKey, drainLimit: o.DrainLimit}
+	switch o.AttemptHeader {
+	case "":
+		t.attemptHdr = DefaultAttemptHeader
+	case "-":
+	default:
+		if !validHeaderName(o.AttemptHeader) {
+			return nil, fmt.Errorf("retry: TransportOptions.AttemptHeader %q is not a valid header name", o.AttemptHeader)
+		}
+		t.attemptHdr = http.CanonicalHeaderKey(o.AttemptHeader)
+	}
+	if o.AttemptStyle > AttemptAndMax {
+		return nil, fmt.Errorf("retry: TransportOptions.AttemptStyle %d is unknown", o.AttemptStyle)
+	}
+	switch {
+	case o.IdempotencyKeyHeader == "":
+		t.keyHdr = DefaultIdempotencyKeyHeader
+	case !validHeaderName(o.IdempotencyKeyHeader):
+		return nil, fmt.Errorf("retry: TransportOptions.IdempotencyKeyHeader %q is not a valid header name", o.IdempotencyKeyHeader)
+	default:
+		t.keyHdr = http.CanonicalHeaderKey(o.IdempotencyKeyHeader)
+	}
+	switch {
+	case o.DrainLimit < 0:
+		return nil, fmt.Errorf("retry: TransportOptions.DrainLimit is negative (%d)", o.DrainLimit)
+	case o.DrainLimit == 0:
+		t.drainLimit = DefaultDrainLimit
+	}
+	return t, nil
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	rt := &roundTrip{t: t, req: req, hasBody: hasBody}
+	idempotent := isIdempotentMethod(req.Method)
+	if !idempotent {
+		switch {
+		case req.Header.Get(t.keyHdr) != "":
+			idempotent = true
+		case t.generate:
+			rt.key = newIdempotencyKey()
+			idempotent = true
+		}
+	}
+	c := call{idempotent: idempotent, strict: !idempotent, ownTimeout: true, beforeWait: rt.discard}
+	rt.maxAttempts = t.e.maxAttempts
+	if hasBody && req.GetBody == nil {
+		c.maxAttempts = 1 // the body cannot be sent twice
+		rt.maxAttempts = 1
+	}
+	resp, err := run(req.Context(), t.e, c, rt.attempt)
+	if err == nil {
+		return resp, nil
+	}
+	if held := rt.held; held != nil {
+		rt.held = nil
+		if gu, ok := err.(*GiveUpError); ok {
+			switch gu.Reason {
+			case NotRetryable, AttemptsExhausted, DeadlineTooClose, RetryAfterTooLong:
+				return held, nil // the partner's answer, unchanged
+			}
+		}
+		rt.drainClose(held)
+	}
+	if hasBody && !rt.bodySent {
+		req.Body.Close() // RoundTrip always closes the request body
+	}
+	return nil, err
+}
+
+// CloseIdleConnections closes the base transport's idle connections, if it
+// has any (http.Client.CloseIdleConnections calls it).
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// roundTrip is the state of one RoundTrip across its attempts.
+type roundTrip struct {
+	t           *Transport
+	req         *http.Request
+	key         string         // generated idempotency key, if any
+	maxAttempts int            // for the attempt header
+	hasBody     bool           // req has a body to send
+	bodySent    bool           // req.Body was handed to the base transport
+	held        *http.Response // last failed response, not yet drained
+}
+
+func (rt *roundTrip) attempt(ctx context.Context, n int) (*http.Response, error) {
+	rt.discard()
+	t := rt.t
+	var (
+		timer  *time.Timer
+		cancel context.CancelFunc
+	)
+	if d := t.e.attemptTimeout; d > 0 {
+		ctx, cancel = context.WithCancel(ctx)
+		timer = time.AfterFunc(d, cancel)
+	}
+	r := rt.req.Clone(ctx)
+	if rt.hasBody {
+		if rt.bodySent {
+			body, err := rt.req.GetBody()
+			if err != nil {
+				if cancel != nil {
+					timer.Stop()
+					cancel()
+				}
+				return nil, fmt.Errorf("herdguard: replaying the request body: %w", err)
+			}
+			r.Body = body
+		}
+		rt.bodySent = true
+	}
+	if t.attemptHdr != "" {
+		r.Header.Set(t.attemptHdr, attemptValue(t.style, n, rt.maxAttempts))
+	}
+	if rt.key != "" {
+		r.Header.Set(t.keyHdr, rt.key)
+	}
+
+	resp, err := t.base.RoundTrip(r)
+	if timer != nil {
+		fired := !timer.Stop()
+		if fired && err == nil {
+			// The timer fired as the headers arrived: the body is being
+			// canceled under us. Count it as the timeout it is.
+			resp.Body.Close()
+			resp, err = nil, context.Canceled
+		}
+		if err != nil {
+			cancel()
+			if fired && rt.req.Context().Err() == nil {
+				err = &attemptTimeoutError{d: t.e.attemptTimeout, err: err}
+			}
+		} else {
+			resp.Body = wrapCancel(resp.Body, cancel)
+		}
+	}
+	if err != nil {
+		if resp != nil && resp.Body != nil { // a RoundTripper breaking its contract
+			resp.Body.Close()
+		}
+		return nil, err
+	}
+	if resp.StatusCode >= 400 {
+		rt.held = resp
+		d, _ := RetryAfterFromHeader(resp.Header, t.e.clock.Now())
+		return resp, &StatusError{StatusCode: resp.StatusCode, RetryAfter: d, Status: resp.Status, Header: resp.Header}
+	}
+	return resp, nil
+}
+
+// discard drains and closes the held failed response, if any.
+func (rt *roundTrip) discard() {
+	if rt.held != nil {
+		rt.drainClose(rt.held)
+		rt.held = nil
+	}
+}
+
+func (rt *roundTrip) drainClose(resp *http.Response) {
+	if resp.Body == nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, resp.Body, rt.t.drainLimit)
+	resp.Body.Close()
+}
+
+func attemptValue(style AttemptStyle, n, maxAttempts int) string {
+	if style == AttemptAndMax {
+		return "attempt=" + strconv.Itoa(n) + "; max=" + strconv.Itoa(maxAttempts)
+	}
+	return strconv.Itoa(n)
+}
+
+func isIdempotentMethod(m string) bool {
+	switch m {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// newIdempotencyKey returns a random UUID (version 4, RFC 9562).
+func newIdempotencyKey() string {
+	var u [16]byte
+	_, _ = rand.Read(u[:]) // never fails (crypto/rand crashes the program instead)
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return string(b[:])
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '!', c == '#', c == '$', c == '%', c == '&', c == '\'', c == '*', c == '+',
+			c == '-', c == '.', c == '^', c == '_', c == '`', c == '|', c == '~':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// attemptTimeoutError is an attempt of a Transport that ran out of
+// AttemptTimeout. It is a timeout (net.Error) that unwraps to
+// context.DeadlineExceeded only, so it is classified as a timeout and not
+// as the cancellation that implemented it.
+type attemptTimeoutError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *attemptTimeoutError) Error() string {
+	return "herdguard: attempt timed out after " + e.d.String() + ": " + e.err.Error()
+}
+func (e *attemptTimeoutError) Unwrap() error   { return context.DeadlineExceeded }
+func (e *attemptTimeoutError) Timeout() bool   { return true }
+func (e *attemptTimeoutError) Temporary() bool { return true }
+
+// wrapCancel makes closing body also release the attempt's context.
+func wrapCancel(body io.ReadCloser, cancel context.CancelFunc) io.ReadCloser {
+	if rwc, ok := body.(io.ReadWriteCloser); ok { // 101 Switching Protocols
+		return &cancelRWC{ReadWriteCloser: rwc, cancel: cancel}
+	}
+	return &cancelRC{ReadCloser: body, cancel: cancel}
+}
+
+type cancelRC struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelRC) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+type cancelRWC struct {
+	io.ReadWriteCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelRWC) Close() error {
+	err := b.ReadWriteCloser.Close()
+	b.cancel()
+	return err
+}
