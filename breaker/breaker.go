@@ -57,19 +57,30 @@ const maxAllowRounds = 4
 // state) Allow and Done take no lock, make no Store call and do not
 // allocate.
 type Breaker struct {
+	// Lock-free state, read by every call on the healthy path and written
+	// only when the state changes, the fleet state is reloaded or calls
+	// fail. It has a cache line of its own: nothing the healthy path
+	// writes shares it (a success writes one counter, in the window's
+	// slot), so concurrent healthy calls all read it from their own cache.
+	word       atomic.Uint64 // gen<<genShift | flags; written with mu held
+	staleAt    atomic.Int64  // shared: Unix ns at which the fleet state must be reloaded
+	consecFail atomic.Int64  // failures in a row; a success resets it only if it is not zero
+	win        *window
+	_          [cacheLine - 4*8]byte
+
 	// Immutable after New.
 	name  string
 	s     Settings // resolved: every default filled in
 	store Store
 	rand  func() float64
+	_     [cacheLine]byte // keeps the fields below, written under mu, off the lines above
 
-	// Lock-free state, read on the closed path.
-	word       atomic.Uint64 // gen<<genShift | flags; written with mu held
-	staleAt    atomic.Int64  // shared: Unix ns at which the fleet state must be reloaded
-	refreshing atomic.Bool   // shared: a Load is in flight
-	win        *window
-	consecSucc atomic.Int64
-	consecFail atomic.Int64
+	refreshing atomic.Bool // shared: a Load is in flight
+	// succMark is the window's successes() at the latest failure: the
+	// successes in a row are those counted since. It is written with mu
+	// held and read by Counts. (Counting successes in a row directly would
+	// cost every success an atomic write to a line all calls share.)
+	succMark atomic.Int64
 
 	mu sync.Mutex
 	// Guarded by mu. Invariants: gen is the generation in word; it changes
@@ -180,7 +191,6 @@ func (b *Breaker) Done(ctx context.Context, now time.Time, p Permit, o Outcome) 
 		case Success:
 			if b.s.SlowCallThreshold == 0 || now.Sub(p.start) <= b.s.SlowCallThreshold {
 				b.win.add(now.UnixNano(), Success)
-				b.consecSucc.Add(1)
 				if b.consecFail.Load() != 0 {
 					b.consecFail.Store(0)
 				}
@@ -215,11 +225,15 @@ func (b *Breaker) State(now time.Time) State {
 
 // Counts returns the counts of the current generation in the rolling
 // window ending with the latest slot a call was counted in, and the
-// consecutive counts.
+// consecutive counts: the failures since the latest success, and the
+// successes since the latest failure, both in the current generation
+// (successes in a row are not limited to the window). Excluded outcomes
+// break neither run. Counts are exact when calls are sequential; under
+// concurrency they are as precise as the window's (see Done).
 func (b *Breaker) Counts() Counts {
 	c := b.win.rolling(b.win.latest.Load())
 	c.ConsecutiveFailures = b.consecFail.Load()
-	c.ConsecutiveSuccesses = b.consecSucc.Load()
+	c.ConsecutiveSuccesses = max(b.win.successes()-b.succMark.Load(), 0)
 	return c
 }
 
@@ -456,11 +470,10 @@ func (b *Breaker) recordLocked(now time.Time, o Outcome) {
 	b.win.add(now.UnixNano(), o)
 	switch o {
 	case Success:
-		b.consecSucc.Add(1)
 		b.consecFail.Store(0)
 	case Failure:
 		b.consecFail.Add(1)
-		b.consecSucc.Store(0)
+		b.succMark.Store(b.win.successes())
 	}
 }
 
@@ -555,7 +568,7 @@ func (b *Breaker) setMachineLocked(now time.Time, st State, openUntil time.Time,
 func (b *Breaker) newGenerationLocked() {
 	b.gen++
 	b.win.reset()
-	b.consecSucc.Store(0)
+	b.succMark.Store(0)
 	b.consecFail.Store(0)
 	clear(b.probes)
 	b.batch, b.prev = fleetBatch{}, fleetBatch{}

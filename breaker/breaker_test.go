@@ -175,6 +175,49 @@ func TestConsecutiveFailures(t *testing.T) {
 	wantState(t, b, t0, breaker.Open)
 }
 
+// Successes in a row are not limited to the window: they run from the
+// latest failure (or the start of the generation), however many slots
+// have rolled out since.
+func TestConsecutiveSuccessesOutliveTheWindow(t *testing.T) {
+	b := newBreaker(t, breaker.Settings{Window: 4 * time.Second, WindowSlots: 4})
+	for i := range 30 { // 30 s, 3 calls a second: the ring is reused many times
+		calls(t, b, t0.Add(time.Duration(i)*time.Second), breaker.Success, 3)
+	}
+	end := t0.Add(29 * time.Second)
+	if c := b.Counts(); c.ConsecutiveSuccesses != 90 || c.Successes != 12 || c.ConsecutiveFailures != 0 {
+		t.Fatalf("counts = %+v, want 90 successes in a row, 12 in the window", c)
+	}
+	calls(t, b, end, breaker.Excluded, 2)
+	if c := b.Counts(); c.ConsecutiveSuccesses != 90 {
+		t.Fatalf("excluded calls broke the run: %+v", c)
+	}
+	calls(t, b, end, breaker.Failure, 1)
+	if c := b.Counts(); c.ConsecutiveSuccesses != 0 || c.ConsecutiveFailures != 1 {
+		t.Fatalf("after a failure: %+v", c)
+	}
+	calls(t, b, end.Add(time.Second), breaker.Success, 2)
+	calls(t, b, end.Add(9*time.Second), breaker.Success, 1)
+	if c := b.Counts(); c.ConsecutiveSuccesses != 3 || c.ConsecutiveFailures != 0 {
+		t.Fatalf("after 3 more successes: %+v", c)
+	}
+	b.Reset()
+	if c := b.Counts(); c != (breaker.Counts{}) {
+		t.Fatalf("after Reset: %+v", c)
+	}
+}
+
+// A new generation empties the window; calls in the same slot as before it
+// must be counted in the fresh counts.
+func TestCountsAfterResetInTheSameSlot(t *testing.T) {
+	b := newBreaker(t, breaker.Settings{})
+	calls(t, b, t0, breaker.Success, 3)
+	b.Reset()
+	calls(t, b, t0.Add(time.Millisecond), breaker.Success, 2)
+	if c := b.Counts(); c.Requests != 2 || c.Successes != 2 || c.ConsecutiveSuccesses != 2 {
+		t.Fatalf("counts = %+v, want the 2 calls after Reset", c)
+	}
+}
+
 func TestOpenHalfOpenClosed(t *testing.T) {
 	rec := &recorder{}
 	b := newBreaker(t, breaker.Settings{Jitter: breaker.NoJitter, OnStateChange: rec.hook})

@@ -1,14 +1,28 @@
 package retry_test
 
 // Healthy-path overhead of herdguard's Executor against sony/gobreaker and
-// failsafe-go, in one run:
+// failsafe-go, side by side in one run:
 //
-//	go test -run '^$' -bench BenchmarkHealthyPath -benchmem ./retry/
+//	go test -run '^$' -bench BenchmarkHealthyPath -benchmem -count=5 ./retry/
 //
 // Each wraps an operation that succeeds at once: the cost measured is the
-// library's own. herdguard runs its full healthy path: breaker gate (closed,
-// in-memory), the local Ratio budget's request count, the operation, the
-// breaker outcome and the budget's success.
+// library's own, with the real clock (no fake clock anywhere).
+//
+//   - herdguard: the configuration users run. Executor.Do with the default
+//     SystemClock, a closed in-memory breaker and a local Ratio budget: the
+//     breaker gate, the budget's request count, the operation, the
+//     breaker outcome and the budget's success, timed by two monotonic
+//     clock reads (start and end of the attempt).
+//   - herdguard-breaker: the same without a budget, what gobreaker does.
+//   - gobreaker (count-based) and gobreaker-rolling (a 10 s window in 1 s
+//     buckets, like herdguard's): CircuitBreaker.Execute, which reads
+//     time.Now twice per call.
+//   - failsafe-go: a retry policy and a circuit breaker, both defaults.
+//   - clock-time.Now and clock-time.Since: one clock read of each kind, for
+//     scale (time.Now reads the wall and the monotonic clocks, time.Since
+//     of a time with a monotonic reading only the latter).
+//
+// Every variant also runs under b.RunParallel (-parallel suffix).
 
 import (
 	"context"
@@ -25,14 +39,22 @@ import (
 	"github.com/herdguard/herdguard/retry"
 )
 
-func newBenchExecutor(b *testing.B) *retry.Executor {
+// newBenchExecutor returns an Executor with the default (system) clock, a
+// breaker and, if withBudget, a local Ratio budget.
+func newBenchExecutor(b *testing.B, withBudget bool) *retry.Executor {
 	b.Helper()
-	ratio, err := local.NewRatio(local.RatioConfig{})
-	if err != nil {
-		b.Fatal(err)
+	cfg := retry.Config{Breaker: mustBreaker(b)}
+	if withBudget {
+		ratio, err := local.NewRatio(local.RatioConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.Budgets = []budget.Budget{ratio}
 	}
-	return mustNew(b, retry.Config{Breaker: mustBreaker(b), Budgets: []budget.Budget{ratio}})
+	return mustNew(b, cfg)
 }
+
+var sinkTime time.Time
 
 func BenchmarkHealthyPath(b *testing.B) {
 	ctx := context.Background()
@@ -40,27 +62,35 @@ func BenchmarkHealthyPath(b *testing.B) {
 	fn := func() (any, error) { return nil, nil }
 	run := func() error { return nil }
 
-	b.Run("herdguard", func(b *testing.B) {
-		e := newBenchExecutor(b)
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := e.Do(ctx, op); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("herdguard-parallel", func(b *testing.B) {
-		e := newBenchExecutor(b)
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
+	for _, hg := range []struct {
+		name   string
+		budget bool
+	}{
+		{"herdguard", true},
+		{"herdguard-breaker", false},
+	} {
+		b.Run(hg.name, func(b *testing.B) {
+			e := newBenchExecutor(b, hg.budget)
+			b.ReportAllocs()
+			for b.Loop() {
 				if err := e.Do(ctx, op); err != nil {
-					b.Error(err)
-					return
+					b.Fatal(err)
 				}
 			}
 		})
-	})
+		b.Run(hg.name+"-parallel", func(b *testing.B) {
+			e := newBenchExecutor(b, hg.budget)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := e.Do(ctx, op); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 	gobreakerRolling := gobreaker.Settings{Name: "partner", Interval: 10 * time.Second, BucketPeriod: time.Second}
 	for _, gb := range []struct {
 		name string
@@ -114,5 +144,21 @@ func BenchmarkHealthyPath(b *testing.B) {
 				}
 			}
 		})
+	})
+
+	b.Run("clock-time.Now", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkTime = time.Now()
+		}
+	})
+	b.Run("clock-time.Since", func(b *testing.B) {
+		start := time.Now()
+		b.ReportAllocs()
+		for b.Loop() {
+			if time.Since(start) < 0 {
+				b.Fatal("the monotonic clock went back")
+			}
+		}
 	})
 }

@@ -158,7 +158,7 @@ type Executor struct {
 	breaker     *breaker.Breaker
 	classifiers []Classifier
 	clock       Clock
-	sysClock    bool // clock is SystemClock: attempt ends are measured on the monotonic clock
+	sys         *sysClock // set when clock is SystemClock: read it instead
 	rand        func() float64
 
 	onRetry           func(RetryEvent)
@@ -213,7 +213,9 @@ func New(cfg Config) (*Executor, error) {
 	if e.clock == nil {
 		e.clock = SystemClock{}
 	}
-	_, e.sysClock = e.clock.(SystemClock)
+	if _, ok := e.clock.(SystemClock); ok {
+		e.sys = newSysClock()
+	}
 	if e.rand == nil {
 		e.rand = rand.Float64
 	}
@@ -287,21 +289,17 @@ func (e *Executor) MaxAttempts() int { return e.maxAttempts }
 // the call counts as idempotent comes from Config.Idempotent.
 //
 // On the healthy path (breaker closed, in-memory budgets, first attempt
-// succeeds, no AttemptTimeout) Do does not allocate.
+// succeeds, no AttemptTimeout) Do does not allocate and reads the clock
+// twice (with SystemClock, two monotonic clock reads; a step of the wall
+// clock costs one small allocation, see SystemClock).
 func (e *Executor) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
-	_, err := run(ctx, e, call{idempotent: e.idempotent}, func(ctx context.Context, attempt int) (struct{}, error) {
-		return struct{}{}, op(ctx, attempt)
-	})
-	return err
+	return e.loop(ctx, call{idempotent: e.idempotent}, op)
 }
 
 // DoIdempotent is Do with the call's idempotency given explicitly instead
 // of taken from Config.Idempotent.
 func (e *Executor) DoIdempotent(ctx context.Context, idempotent bool, op func(ctx context.Context, attempt int) error) error {
-	_, err := run(ctx, e, call{idempotent: idempotent}, func(ctx context.Context, attempt int) (struct{}, error) {
-		return struct{}{}, op(ctx, attempt)
-	})
-	return err
+	return e.loop(ctx, call{idempotent: idempotent}, op)
 }
 
 // Do is Executor.Do for an operation that returns a value: it returns the
@@ -342,13 +340,28 @@ type call struct {
 	beforeWait func()
 }
 
-// run is the retry loop, shared by every entry point: breaker gate →
-// attempt → breaker outcome → classification → attempts left? → delay and
-// deadline check → budgets → wait → next attempt.
+// run is loop for an operation that returns a value: it returns the value
+// of the successful attempt, or T's zero value and the error.
 func run[T any](ctx context.Context, e *Executor, c call, op func(context.Context, int) (T, error)) (T, error) {
-	var zero T
-	if err := ctx.Err(); err != nil {
+	var v T
+	err := e.loop(ctx, c, func(ctx context.Context, attempt int) (err error) {
+		v, err = op(ctx, attempt)
+		return err
+	})
+	if err != nil {
+		var zero T
 		return zero, err
+	}
+	return v, nil
+}
+
+// loop is the retry loop, shared by every entry point: breaker gate →
+// attempt → breaker outcome → classification → attempts left? → delay and
+// deadline check → budgets → wait → next attempt. It is not generic, so
+// that Executor.Do calls op directly; run wraps it for values.
+func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, int) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	maxAttempts := e.maxAttempts
 	if c.maxAttempts > 0 && c.maxAttempts < maxAttempts {
@@ -380,7 +393,7 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 			var err error
 			if permit, err = e.breaker.Allow(ctx, now); err != nil {
 				release.Done(budget.RetryNotUsed)
-				return zero, e.rejected(ctx, attempt-1, lastErr, err)
+				return e.rejected(ctx, attempt-1, lastErr, err)
 			}
 		}
 		if attempt == 1 {
@@ -394,7 +407,7 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 			actx, cancel = context.WithTimeout(ctx, e.attemptTimeout)
 		}
 		inFlight = true
-		v, err := op(actx, attempt)
+		err := op(actx, attempt)
 		inFlight = false
 		timedOut := false
 		if cancel != nil {
@@ -415,7 +428,7 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 			} else {
 				release.Done(budget.RetrySucceeded)
 			}
-			return v, nil
+			return nil
 		}
 
 		verdict := e.classify(ctx, c, err, timedOut)
@@ -427,21 +440,21 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 		lastErr = err
 
 		if !verdict.Retryable() {
-			return zero, e.giveUp(ctx, attempt, NotRetryable, err, nil)
+			return e.giveUp(ctx, attempt, NotRetryable, err, nil)
 		}
 		if attempt >= maxAttempts {
-			return zero, e.giveUp(ctx, attempt, AttemptsExhausted, err, nil)
+			return e.giveUp(ctx, attempt, AttemptsExhausted, err, nil)
 		}
 		kind := verdict.kind()
 		hint := partnerHint(err)
 		deadline, hasDeadline := ctx.Deadline()
 		delay, reason, ok := e.plan(now, deadline, hasDeadline, attempt-1, kind, hint, e.rand())
 		if !ok {
-			return zero, e.giveUp(ctx, attempt, reason, err, nil)
+			return e.giveUp(ctx, attempt, reason, err, nil)
 		}
 		rel, berr := budget.AcquireAll(ctx, now, kind, e.budgets, e.storeErr)
 		if berr != nil {
-			return zero, e.exhausted(ctx, attempt, err, berr, delay)
+			return e.exhausted(ctx, attempt, err, berr, delay)
 		}
 		release = rel
 		if e.onRetry != nil {
@@ -452,26 +465,27 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 		}
 		if serr := e.clock.Sleep(ctx, delay); serr != nil {
 			release.Done(budget.RetryNotUsed)
-			return zero, e.giveUp(ctx, attempt, ContextDone, err, serr)
+			return e.giveUp(ctx, attempt, ContextDone, err, serr)
 		}
 		now = e.now()
 	}
 }
 
-// now reads the clock, calling time.Now directly for the system clock.
+// now reads the clock. The system clock is read through e.sys, which
+// costs one monotonic clock read (see sysClock).
 func (e *Executor) now() time.Time {
-	if e.sysClock {
-		return time.Now()
+	if e.sys != nil {
+		return e.sys.now()
 	}
 	return e.clock.Now()
 }
 
 // attemptEnd returns the time an attempt that started at start ended. With
-// the system clock it is start plus the monotonic time elapsed, which costs
-// half a time.Now (one clock read instead of two) and ignores wall-clock
-// jumps during the attempt.
+// the system clock it is start plus the monotonic time elapsed, one
+// monotonic clock read, so that an attempt's duration ignores wall-clock
+// steps during it.
 func (e *Executor) attemptEnd(start time.Time) time.Time {
-	if e.sysClock {
+	if e.sys != nil {
 		return start.Add(time.Since(start))
 	}
 	return e.clock.Now()
