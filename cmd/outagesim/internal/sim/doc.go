@@ -1,0 +1,32 @@
+// Package sim is outagesim: a fleet of execution environments calling a
+// partner API on loopback through a retry strategy, while the partner loses
+// capacity for a while.
+//
+// # Building blocks
+//
+//   - Clock: simulated time, Speed times faster than real time, which stops
+//     while the machine has work in transit and skips whole-process stalls,
+//     so that a busy machine slows the simulation down instead of
+//     distorting it.
+//   - Partner: a net/http handler that serves at most Schedule.Capacity(s)
+//     calls in simulated second s, first come first served, and rejects the
+//     rest with 503 (or 429) and Retry-After / x-amz-retry-after; optionally
+//     it slows down under overload. Admission is exact: one atomic counter
+//     per second.
+//   - Strategy: the retry logic of one execution environment (a Caller). The
+//     herdguard strategies are one retry.Executor per environment with no
+//     budget, a local.TokenBucket, a local.Ratio, a budget.Global over a
+//     shared store, or a budget.Global plus a shared breaker.Breaker. The
+//     AWS SDK strategy drives aws/retry's standard retryer through its own
+//     API.
+//   - Runner: runs one strategy against a fresh partner and a fresh fleet:
+//     Rate new calls per simulated second for Duration, each sent by an
+//     environment chosen at random (seeded), or, with ScaleOut, by an idle
+//     environment, a new one joining when none is idle (Lambda), up to
+//     MaxEnvs.
+//   - Backend: the shared stores of the global strategies, in memory
+//     (package local) or in DynamoDB (package dynamo).
+//   - Result, Report, WriteTable, Chart: what the partner saw, per strategy.
+//
+// Main is the command's body; cmd/outagesim only wires it to os.Args.
+package sim

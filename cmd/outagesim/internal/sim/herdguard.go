@@ -1,0 +1,256 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/retry"
+)
+
+// The herdguard strategies: one retry.Executor per environment, on the
+// simulation's clock, with the same retry loop settings for all of them;
+// only the budgets and the breaker differ.
+//
+//	none            no budget, MaxAttempts only
+//	bucket          local.TokenBucket per environment
+//	ratio           local.Ratio per environment
+//	global          budget.Global per environment over one shared budget.Store
+//	global-breaker  as global, plus a breaker.Breaker per environment over one
+//	                shared breaker.Store
+//
+// The global strategies use the global layer alone by default, so that the
+// table shows what the fleet-wide ratio does by itself. -global-with-local
+// puts a local ratio in front of it, as the library recommends for
+// production: the local layer is then what limits retries while the store
+// fails (the global layer abstains unless -fail-closed).
+
+// herdguardStrategy builds an Executor per environment from layers.
+type herdguardStrategy struct {
+	cfg    Config
+	layers func(spec EnvSpec) ([]budget.Budget, *breaker.Breaker, error)
+	usage  func() StoreUsage // nil without shared stores
+
+	mu    sync.Mutex                        // guards flush
+	flush []func(ctx context.Context) error // every environment's Executor.Flush
+}
+
+func (s *herdguardStrategy) NewEnv(spec EnvSpec) (Caller, error) {
+	budgets, br, err := s.layers(spec)
+	if err != nil {
+		return nil, err
+	}
+	ex, err := retry.New(retry.Config{
+		MaxAttempts:    s.cfg.Attempts,
+		TransientBase:  s.cfg.TransientBase,
+		ThrottlingBase: s.cfg.ThrottlingBase,
+		MaxDelay:       s.cfg.MaxDelay,
+		Idempotent:     true,
+		Budgets:        budgets,
+		Breaker:        br,
+		Clock:          spec.Clock,
+		Rand:           spec.Rand,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.flush = append(s.flush, ex.Flush)
+	s.mu.Unlock()
+	return &herdguardCaller{ex: ex, clock: spec.Clock, breakerOpen: spec.BreakerOpen}, nil
+}
+
+func (s *herdguardStrategy) StoreUsage() (StoreUsage, bool) {
+	if s.usage == nil {
+		return StoreUsage{}, false
+	}
+	return s.usage(), true
+}
+
+// Close flushes every environment's pending counts, as a Lambda handler
+// does before it returns.
+func (s *herdguardStrategy) Close(ctx context.Context) error {
+	s.mu.Lock()
+	flush := s.flush
+	s.flush = nil
+	s.mu.Unlock()
+	var errs []error
+	for _, f := range flush {
+		if err := f(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type herdguardCaller struct {
+	ex          *retry.Executor
+	clock       TimeSource
+	breakerOpen func()
+}
+
+func (c *herdguardCaller) Call(ctx context.Context, send Send) (Outcome, error) {
+	err := c.ex.Do(ctx, func(ctx context.Context, attempt int) error {
+		resp, err := send(ctx, attempt)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			return nil
+		}
+		return retry.NewStatusError(resp, c.clock.Now())
+	})
+	return classifyHerdguard(ctx, err, c.breakerOpen)
+}
+
+// classifyHerdguard maps an Executor's error to an Outcome.
+func classifyHerdguard(ctx context.Context, err error, breakerOpen func()) (Outcome, error) {
+	var se *retry.StatusError
+	switch {
+	case err == nil:
+		return Succeeded, nil
+	case errors.Is(err, breaker.ErrOpen):
+		if breakerOpen != nil {
+			breakerOpen()
+		}
+		return FailedBreaker, err
+	case errors.Is(err, budget.ErrExhausted):
+		return FailedBudget, err
+	case ctx.Err() != nil:
+		return FailedOther, err
+	case errors.As(err, &se) && se.StatusCode != http.StatusOK:
+		return FailedPartner, err
+	default:
+		return FailedOther, err
+	}
+}
+
+func newNoBudget(_ context.Context, d Deps) (Strategy, error) {
+	return &herdguardStrategy{cfg: d.Config,
+		layers: func(EnvSpec) ([]budget.Budget, *breaker.Breaker, error) { return nil, nil, nil }}, nil
+}
+
+func newLocalBucket(_ context.Context, d Deps) (Strategy, error) {
+	c := d.Config
+	cfg := local.TokenBucketConfig{
+		Capacity:       c.BucketCapacity,
+		TransientCost:  c.TransientCost,
+		ThrottlingCost: c.ThrottlingCost,
+	}
+	if _, err := local.NewTokenBucket(cfg); err != nil {
+		return nil, err
+	}
+	return &herdguardStrategy{cfg: c,
+		layers: func(EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
+			tb, err := local.NewTokenBucket(cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			return []budget.Budget{tb}, nil, nil
+		}}, nil
+}
+
+func newLocalRatio(_ context.Context, d Deps) (Strategy, error) {
+	c := d.Config
+	cfg := local.RatioConfig{Ratio: c.Ratio, Window: c.Window, MinRetries: c.MinRetries}
+	if _, err := local.NewRatio(cfg); err != nil {
+		return nil, err
+	}
+	return &herdguardStrategy{cfg: c,
+		layers: func(EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
+			r, err := local.NewRatio(cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			return []budget.Budget{r}, nil, nil
+		}}, nil
+}
+
+func newGlobal(ctx context.Context, d Deps) (Strategy, error) {
+	return newGlobalStrategy(ctx, d, false)
+}
+
+func newGlobalBreaker(ctx context.Context, d Deps) (Strategy, error) {
+	return newGlobalStrategy(ctx, d, true)
+}
+
+func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy, error) {
+	if d.Backend == nil {
+		return nil, errors.New("no shared-store backend")
+	}
+	stores, err := d.Backend.Stores(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := d.Config
+	gcfg := budget.GlobalConfig{
+		Ratio:        c.Ratio,
+		Window:       c.Window,
+		Floor:        c.GlobalFloor,
+		Shards:       c.GlobalShards,
+		LeaseSize:    c.LeaseSize,
+		FailClosed:   c.FailClosed,
+		StoreTimeout: c.StoreTimeout,
+		Now:          d.Clock.Now, // Flush reads it: simulated time
+	}
+	lcfg := local.RatioConfig{Ratio: c.Ratio, Window: c.Window, MinRetries: c.MinRetries}
+	if _, err := budget.NewGlobal(stores.Budget, d.Name, gcfg); err != nil {
+		return nil, fmt.Errorf("global budget: %w", err)
+	}
+	bset := breakerSettings(c)
+	return &herdguardStrategy{cfg: c, usage: stores.Usage,
+		layers: func(spec EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
+			cfg := gcfg
+			cfg.Rand = spec.Rand
+			g, err := budget.NewGlobal(stores.Budget, d.Name, cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			budgets := []budget.Budget{g}
+			if c.LocalUnder {
+				l, err := local.NewRatio(lcfg)
+				if err != nil {
+					return nil, nil, err
+				}
+				budgets = []budget.Budget{l, g}
+			}
+			if !withBreaker {
+				return budgets, nil, nil
+			}
+			s := bset
+			s.Store = stores.Breaker
+			s.StoreTimeout = c.StoreTimeout
+			s.Env = spec.Name
+			s.Rand = spec.Rand
+			open := spec.BreakerOpen
+			s.OnStateChange = func(_ string, _, to breaker.State, _ breaker.Counts) {
+				if to == breaker.Open {
+					open()
+				}
+			}
+			br, err := breaker.New(d.Name, s)
+			if err != nil {
+				return nil, nil, err
+			}
+			return budgets, br, nil
+		}}, nil
+}
+
+// breakerCacheTTL is how stale an environment's view of the shared breaker
+// may be (the simulator leaves Settings.CacheTTL at its default).
+const breakerCacheTTL = breaker.DefaultCacheTTL
+
+// breakerSettings maps the flags onto breaker.Settings; zero keeps the
+// library's defaults.
+func breakerSettings(c Config) breaker.Settings {
+	return breaker.Settings{
+		FailureRatio: c.BreakerFailureRatio,
+		MinRequests:  int64(c.BreakerMinRequests),
+		OpenDuration: c.BreakerOpen,
+	}
+}

@@ -1,0 +1,230 @@
+package sim
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// AttemptHeader is the request header carrying the attempt number (1 for a
+// first attempt). The partner uses it to count first attempts apart from
+// retries; it plays no part in admission.
+const AttemptHeader = "X-Outagesim-Attempt"
+
+// Schedule is the partner's capacity over time: Normal calls per simulated
+// second, dropping to Outage calls per second for the seconds in
+// [OutageStart, OutageStart+OutageLength).
+type Schedule struct {
+	Normal       int
+	Outage       int
+	OutageStart  time.Duration
+	OutageLength time.Duration
+}
+
+// Validate checks that capacities are not negative and that the outage
+// starts and lasts a whole number of seconds, so that capacity changes on a
+// second boundary.
+func (s Schedule) Validate() error {
+	switch {
+	case s.Normal < 0:
+		return fmt.Errorf("normal capacity %d is negative", s.Normal)
+	case s.Outage < 0:
+		return fmt.Errorf("outage capacity %d is negative", s.Outage)
+	case s.OutageStart < 0 || s.OutageStart%time.Second != 0:
+		return fmt.Errorf("outage start %v must be a non-negative whole number of seconds", s.OutageStart)
+	case s.OutageLength < 0 || s.OutageLength%time.Second != 0:
+		return fmt.Errorf("outage length %v must be a non-negative whole number of seconds", s.OutageLength)
+	}
+	return nil
+}
+
+// InOutage reports whether simulated second sec (counted from 0) is part of
+// the outage.
+func (s Schedule) InOutage(sec int) bool {
+	t := time.Duration(sec) * time.Second
+	return t >= s.OutageStart && t < s.OutageStart+s.OutageLength
+}
+
+// Capacity returns the number of calls the partner serves in second sec.
+func (s Schedule) Capacity(sec int) int {
+	if s.InOutage(sec) {
+		return s.Outage
+	}
+	return s.Normal
+}
+
+// PartnerConfig configures a Partner.
+type PartnerConfig struct {
+	Schedule Schedule
+	// Seconds is the number of per-second counters kept; arrivals after the
+	// last one are counted in it.
+	Seconds int
+	// RejectStatus is the status of a call beyond capacity: 503 or 429.
+	RejectStatus int
+	// RetryAfter is sent with every rejection as Retry-After (whole seconds,
+	// rounded up) and as x-amz-retry-after (milliseconds). Zero sends
+	// neither header.
+	RetryAfter time.Duration
+	// Latency is the simulated service time of every call.
+	Latency time.Duration
+	// Slowdown, if positive, makes the partner slower under overload: each
+	// call in a second whose arrivals have exceeded capacity takes an
+	// extra Slowdown × min(arrivals/capacity − 1, 10). With the partner
+	// counting arrivals as they come, the slowdown grows through the second.
+	Slowdown time.Duration
+}
+
+// Second is what the partner saw in one simulated second.
+type Second struct {
+	// Arrivals counts every call that reached the partner.
+	Arrivals int64 `json:"arrivals"`
+	// FirstAttempts counts arrivals that were first attempts.
+	FirstAttempts int64 `json:"first_attempts"`
+	// Served counts arrivals within capacity (answered 200).
+	Served int64 `json:"served"`
+}
+
+type secondCounters struct {
+	arrivals      atomic.Int64
+	firstAttempts atomic.Int64
+}
+
+// Partner is the overloaded partner API: a net/http handler that serves at
+// most Schedule.Capacity(s) calls in simulated second s and rejects the
+// rest with RejectStatus and Retry-After.
+//
+// Admission is exact: arrivals in a second are numbered by one atomic
+// counter, and arrival n is served if and only if n ≤ capacity, so a second
+// serves min(arrivals, capacity) calls however many arrive concurrently.
+type Partner struct {
+	cfg     PartnerConfig
+	clock   *Clock
+	start   time.Time // simulated time of second 0
+	seconds []secondCounters
+}
+
+// NewPartner returns a partner whose second 0 starts at start on clock.
+func NewPartner(clock *Clock, start time.Time, cfg PartnerConfig) (*Partner, error) {
+	if err := cfg.Schedule.Validate(); err != nil {
+		return nil, fmt.Errorf("sim: partner: %w", err)
+	}
+	switch {
+	case cfg.Seconds < 1:
+		return nil, fmt.Errorf("sim: partner: Seconds %d must be at least 1", cfg.Seconds)
+	case cfg.RejectStatus != http.StatusServiceUnavailable && cfg.RejectStatus != http.StatusTooManyRequests:
+		return nil, fmt.Errorf("sim: partner: RejectStatus %d must be 503 or 429", cfg.RejectStatus)
+	case cfg.RetryAfter < 0:
+		return nil, fmt.Errorf("sim: partner: RetryAfter %v is negative", cfg.RetryAfter)
+	case cfg.Latency < 0:
+		return nil, fmt.Errorf("sim: partner: Latency %v is negative", cfg.Latency)
+	case cfg.Slowdown < 0:
+		return nil, fmt.Errorf("sim: partner: Slowdown %v is negative", cfg.Slowdown)
+	}
+	return &Partner{cfg: cfg, clock: clock, start: start, seconds: make([]secondCounters, cfg.Seconds)}, nil
+}
+
+// Decision is the partner's answer to one arrival.
+type Decision struct {
+	Second  int           // the simulated second the call arrived in
+	Served  bool          // within capacity
+	Latency time.Duration // simulated time to take before answering
+}
+
+// Admit counts one arrival at simulated time now and decides it. first
+// tells whether the call is a first attempt.
+func (p *Partner) Admit(now time.Time, first bool) Decision {
+	sec := p.secondOf(now)
+	c := &p.seconds[sec]
+	n := c.arrivals.Add(1)
+	if first {
+		c.firstAttempts.Add(1)
+	}
+	capacity := int64(p.cfg.Schedule.Capacity(sec))
+	d := Decision{Second: sec, Served: n <= capacity, Latency: p.cfg.Latency}
+	if p.cfg.Slowdown > 0 && n > capacity {
+		over := 10.0
+		if capacity > 0 {
+			over = min(float64(n)/float64(capacity)-1, 10)
+		}
+		d.Latency += time.Duration(over * float64(p.cfg.Slowdown))
+	}
+	return d
+}
+
+func (p *Partner) secondOf(now time.Time) int {
+	el := now.Sub(p.start)
+	if el < 0 {
+		return 0
+	}
+	return min(int(el/time.Second), len(p.seconds)-1)
+}
+
+// Seconds returns a snapshot of the per-second counters.
+func (p *Partner) Seconds() []Second {
+	out := make([]Second, len(p.seconds))
+	for i := range p.seconds {
+		a := p.seconds[i].arrivals.Load()
+		out[i] = Second{
+			Arrivals:      a,
+			FirstAttempts: p.seconds[i].firstAttempts.Load(),
+			Served:        min(a, int64(p.cfg.Schedule.Capacity(i))),
+		}
+	}
+	return out
+}
+
+// ServeHTTP admits the call, waits its simulated latency and answers 200,
+// or RejectStatus with Retry-After.
+//
+// The request has arrived: from here until the response is written the
+// call is in service, which takes simulated time, not in transit, which
+// the clock's backpressure counts (see Clock.Busy).
+func (p *Partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.clock.Busy(-1)
+	defer p.clock.Busy(+1)
+	first := r.Header.Get(AttemptHeader) == "1"
+	d := p.Admit(p.clock.Now(), first)
+	if d.Latency > 0 {
+		if err := p.clock.Sleep(r.Context(), d.Latency); err != nil {
+			return // the client went away
+		}
+	}
+	if d.Served {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if ra := p.cfg.RetryAfter; ra > 0 {
+		secs := int64((ra + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		w.Header().Set("X-Amz-Retry-After", strconv.FormatInt(ra.Milliseconds(), 10))
+	}
+	w.WriteHeader(p.cfg.RejectStatus)
+}
+
+// Server is a Partner listening on loopback.
+type Server struct {
+	URL string
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Serve starts an HTTP server for h on 127.0.0.1 on a free port.
+func Serve(h http.Handler) (*Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("sim: partner listen: %w", err)
+	}
+	s := &Server{
+		URL: "http://" + ln.Addr().String() + "/",
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		ln:  ln,
+	}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Close stops the server and closes its connections.
+func (s *Server) Close() error { return s.srv.Close() }

@@ -1,0 +1,60 @@
+// Command quickstart is the README's quick start: an http.Client that
+// retries a flaky partner with a local retry budget and a circuit breaker.
+//
+//	go run ./examples/quickstart https://partner.example.com/stations/nord-3/bikes
+package main
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/retry"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: quickstart URL")
+		os.Exit(2)
+	}
+	if err := run(os.Args[1]); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(url string) error {
+	ratio, err := local.NewRatio(local.RatioConfig{}) // retries ≤ 10% of requests per 10 s, at least 3
+	if err != nil {
+		return err
+	}
+	br, err := breaker.New("partner", breaker.Settings{}) // opens at 50% failures of ≥ 20 calls in 10 s
+	if err != nil {
+		return err
+	}
+	exec, err := retry.New(retry.Config{Budgets: []budget.Budget{ratio}, Breaker: br})
+	if err != nil {
+		return err
+	}
+	tr, err := retry.NewTransport(exec, http.DefaultTransport, retry.TransportOptions{})
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+
+	resp, err := client.Get(url) // retried with full jitter on 408/429/5xx and network errors
+	if err != nil {
+		if d, ok := retry.RetryAfter(err); ok { // breaker open or budget exhausted
+			return fmt.Errorf("partner unavailable, retry after %s: %w", d, err)
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(os.Stdout, resp.Body)
+	return err
+}
