@@ -14,16 +14,17 @@ import (
 //
 // It is deliberately narrow. Actions derives the IAM actions a deployment
 // must grant from these methods, so the policy in template.yaml cannot drift
-// from the code.
+// from the code. Every write is an UpdateItem: there is no PutItem, so a
+// role that may not write override items needs only the one Deny that
+// template.yaml carries (see OverrideKeyPattern).
 type API interface {
 	// BatchGetItem reads a breaker's state and override items in one
 	// request (BreakerStore.Load).
 	BatchGetItem(ctx context.Context, params *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 	// GetItem reads a breaker's override item after a transition.
 	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
-	// PutItem writes a breaker's override item.
-	PutItem(ctx context.Context, params *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
-	// UpdateItem performs every conditional read-modify-write.
+	// UpdateItem performs every write: the conditional read-modify-writes
+	// and BreakerStore.SetOverride.
 	UpdateItem(ctx context.Context, params *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 }
 

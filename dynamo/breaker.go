@@ -47,7 +47,7 @@ type BreakerStoreConfig struct {
 //   - AcquireProbe: one conditional UpdateItem per slot tried: one when a
 //     slot is free at the first try, limit when all are held (none when
 //     limit is 0, which admits no probe).
-//   - SetOverride: one PutItem.
+//   - SetOverride: one UpdateItem on the override item.
 type BreakerStore struct {
 	api      API
 	table    string
@@ -461,52 +461,79 @@ func probeExpression(name string, epoch uint64, limit int, now, leaseUntil time.
 }
 
 // SetOverride writes the override item "c#<name>#override" with one
-// PutItem: {override: o.String(), until: Unix ms if until is not zero}.
+// UpdateItem:
+//
+//	SET override = :o, until = :untilMs, expires = :expires
+//	(SET override = :o REMOVE until, expires when until is zero)
+//
 // NoOverride is written as "none" without an end, which reads like a
-// missing item. An override with an end also gets a TTL a day past it.
+// missing item. An override with an end gets a TTL a day past it; one
+// without loses any end and TTL an earlier override left, so that it
+// neither lapses nor is deleted. Other attributes of the item, which no
+// store reads, are left as they are. The write is unconditional and
+// idempotent.
+//
+// SetOverride is for operator tooling: it uses UpdateItem rather than
+// PutItem so that the stores need no action beyond Actions, and a
+// deployment's functions should be denied writes to override items
+// altogether (SECURITY.md, template.yaml). Operators can as well write the
+// item with put-item (see the package documentation).
 func (s *BreakerStore) SetOverride(ctx context.Context, name string, o breaker.Override, until time.Time) error {
-	it, err := overrideItem(name, o, until)
+	key, expr, err := overrideExpression(name, o, until)
 	if err != nil {
 		return s.fail("SetOverride", name, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return s.fail("SetOverride", name, err)
 	}
-	key := overrideKey(name)
-	done := s.counters.instrument(s.cfg.OnRequest, opWrite, "PutItem", key)
-	_, err = s.api.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: it})
+	done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
+	_, err = s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       keyAttr(key),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
 	done(err)
 	if err != nil {
-		return s.fail("SetOverride", name, fmt.Errorf("PutItem: %w", err))
+		return s.fail("SetOverride", name, fmt.Errorf("UpdateItem: %w", err))
 	}
 	return nil
 }
 
-// overrideItem validates SetOverride's arguments and builds the item.
-func overrideItem(name string, o breaker.Override, until time.Time) (map[string]types.AttributeValue, error) {
+// overrideExpression validates SetOverride's arguments and builds its key
+// and update expression.
+func overrideExpression(name string, o breaker.Override, until time.Time) (string, expression.Expression, error) {
+	var none expression.Expression
 	if err := budget.ValidateName(name); err != nil {
-		return nil, err
+		return "", none, err
 	}
 	if _, err := breaker.ParseOverride(o.String()); err != nil {
-		return nil, err
+		return "", none, err
 	}
-	it := map[string]types.AttributeValue{
-		attrPK:       &types.AttributeValueMemberS{Value: overrideKey(name)},
-		attrOverride: &types.AttributeValueMemberS{Value: o.String()},
-	}
+	update := expression.Set(expression.Name(attrOverride), stringValue(o.String()))
 	if !until.IsZero() && o != breaker.NoOverride {
 		ms, err := unixMilli("override end", until)
 		if err != nil {
-			return nil, err
+			return "", none, err
 		}
 		exp, err := ttlSeconds("override end", until.Add(cleanupGrace))
 		if err != nil {
-			return nil, err
+			return "", none, err
 		}
-		it[attrUntil] = &types.AttributeValueMemberN{Value: strconv.FormatInt(ms, 10)}
-		it[attrExpires] = &types.AttributeValueMemberN{Value: strconv.FormatInt(exp, 10)}
+		update = update.
+			Set(expression.Name(attrUntil), numberValue(ms)).
+			Set(expression.Name(attrExpires), numberValue(exp))
+	} else {
+		update = update.
+			Remove(expression.Name(attrUntil)).
+			Remove(expression.Name(attrExpires))
 	}
-	return it, nil
+	expr, err := expression.NewBuilder().WithUpdate(update).Build()
+	if err != nil {
+		return "", none, fmt.Errorf("building the update expression: %w", err)
+	}
+	return overrideKey(name), expr, nil
 }
 
 // decodeState decodes a state item; nil attrs (no item) is the zero

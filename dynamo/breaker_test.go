@@ -404,25 +404,32 @@ func TestBreakerAcquireProbe(t *testing.T) {
 }
 
 func TestBreakerSetOverride(t *testing.T) {
-	var in *dynamodb.PutItemInput
-	f := &fakeAPI{putItem: func(i *dynamodb.PutItemInput) (*dynamodb.PutItemOutput, error) {
+	var in *dynamodb.UpdateItemInput
+	f := &fakeAPI{updateItem: func(i *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
 		in = i
-		return &dynamodb.PutItemOutput{}, nil
+		return &dynamodb.UpdateItemOutput{}, nil
 	}}
 	s := newFakeBreakerStore(t, f, nil)
 	if err := s.SetOverride(t.Context(), "p", breaker.Disabled, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if aws.ToString(in.TableName) != "herdguard" || in.ConditionExpression != nil {
-		t.Errorf("PutItem table %q condition %v", aws.ToString(in.TableName), in.ConditionExpression)
+	if aws.ToString(in.TableName) != "herdguard" || in.ConditionExpression != nil || in.ReturnValues != "" {
+		t.Errorf("UpdateItem table %q condition %v return values %q", aws.ToString(in.TableName), in.ConditionExpression, in.ReturnValues)
 	}
-	if o, _, err := decodeOverride("c#p#override", in.Item); err != nil || o != breaker.Disabled {
-		t.Errorf("PutItem item %v decodes to %v, %v", in.Item, o, err)
+	if got := f.calls(); len(got) != 1 || got[0] != (fakeRequest{op: "UpdateItem", key: "c#p#override"}) {
+		t.Errorf("requests %+v, want one UpdateItem of c#p#override", got)
+	}
+	_, want, err := overrideExpression("p", breaker.Disabled, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aws.ToString(in.UpdateExpression) != aws.ToString(want.Update()) || len(in.ExpressionAttributeNames) != len(want.Names()) || len(in.ExpressionAttributeValues) != len(want.Values()) {
+		t.Errorf("UpdateItem %q %v %v, want the override expression %q", aws.ToString(in.UpdateExpression), in.ExpressionAttributeNames, in.ExpressionAttributeValues, aws.ToString(want.Update()))
 	}
 
-	f = &fakeAPI{putItem: func(*dynamodb.PutItemInput) (*dynamodb.PutItemOutput, error) { return nil, throttled() }}
+	f = &fakeAPI{updateItem: func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) { return nil, throttled() }}
 	s = newFakeBreakerStore(t, f, nil)
-	err := s.SetOverride(t.Context(), "p", breaker.ForcedOpen, time.Time{})
+	err = s.SetOverride(t.Context(), "p", breaker.ForcedOpen, time.Time{})
 	wantStoreError(t, "SetOverride", err, new(*types.ProvisionedThroughputExceededException))
 	if st := s.Stats(); st != (Stats{Writes: 1, Errors: 1}) {
 		t.Errorf("Stats = %+v", st)
@@ -473,7 +480,6 @@ func TestNilAnswersDoNotPanic(t *testing.T) {
 	f := &fakeAPI{
 		batchGetItem: func(*dynamodb.BatchGetItemInput) (*dynamodb.BatchGetItemOutput, error) { return nil, nil },
 		getItem:      func(*dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) { return nil, nil },
-		putItem:      func(*dynamodb.PutItemInput) (*dynamodb.PutItemOutput, error) { return nil, nil },
 		updateItem:   func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) { return nil, nil },
 	}
 	s := newFakeBreakerStore(t, f, nil)

@@ -68,15 +68,24 @@ func (s *BudgetStore) Writes() int64 { return s.counters.writes.Load() }
 //
 // where lo = max(need, 0) and max = MaxAmount, preceded by
 // "attribute_not_exists(allowance) OR" when the Floor alone covers need.
-// The upper bound and the type check BETWEEN implies make a malformed item
-// fail the condition too. A refusal (ConditionalCheckFailedException)
-// carries the item as it stands, so the allowance returned with
-// budget.ErrInsufficient costs no extra read, and a malformed item is
-// reported as a *MalformedItemError.
+// A refusal (ConditionalCheckFailedException) carries the item as it
+// stands, so the allowance returned with budget.ErrInsufficient costs no
+// extra read.
 //
-// Any other error (timeout, throttling, a malformed item, invalid
-// arguments) is returned with context; the update may or may not have been
-// applied.
+// A malformed allowance never funds a retry, but not every one is stopped
+// by the condition. One of another type, negative or above MaxAmount fails
+// it (BETWEEN holds for numbers in range only): the update is not applied,
+// and the item the refusal brings back is reported as a
+// *MalformedItemError. A fraction in range, such as 10.5, passes it, since
+// DynamoDB's condition expressions cannot test a number for being whole
+// (they have no arithmetic, no modulo, and neither size nor begins_with
+// applies to numbers): the update is applied (10.5 becomes 9.5 for a take
+// of 1, and expires is set), and only decoding the new value reports the
+// *MalformedItemError. Either way Apply grants nothing, and the item stays
+// malformed until someone repairs it or its window expires.
+//
+// Any other error (timeout, throttling, invalid arguments) is returned with
+// context; the update may or may not have been applied.
 func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) (int64, error) {
 	key, err := budgetKey(k)
 	if err != nil {
@@ -147,8 +156,9 @@ func applyExpression(u budget.Update) (expression.Expression, error) {
 	// The stored allowance must cover need and be a sane number: a value
 	// of another type, or outside [0, MaxAmount], fails the condition, so
 	// that the refusal brings the item back and it is reported as
-	// malformed instead of being granted from. A missing allowance stands
-	// for the floor.
+	// malformed instead of being granted from. A fraction in range passes
+	// (no condition can test for a whole number); decoding the new value
+	// reports it. A missing allowance stands for the floor.
 	need := u.Take - u.Deposit
 	cond := allowance.Between(numberValue(max(need, 0)), numberValue(MaxAmount))
 	if u.Floor >= need {

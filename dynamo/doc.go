@@ -62,7 +62,8 @@
 //	                                      IF attribute_not_exists(pk) OR NOT attribute_type(epoch, N) OR epoch <> :e
 //	                                         OR NOT attribute_type(lease_until, N) OR lease_until < :now
 //	                                      for each slot from a random one, until one succeeds
-//	BreakerStore.SetOverride  PutItem     c#<name>#override
+//	BreakerStore.SetOverride  UpdateItem  SET override = :o, until = :ms, expires = :exp on c#<name>#override
+//	                                      (SET override = :o REMOVE until, expires without an end), unconditional
 //
 // Every conditional write asks for ReturnValuesOnConditionCheckFailure =
 // ALL_OLD, so a refusal brings the item as it stands at no extra cost: the
@@ -72,6 +73,18 @@
 // and a transition from epoch 0 succeeds on a missing item (or one whose
 // epoch is 0). The override lives in its own item so that an operator's
 // write never races with transitions, which do not touch it.
+//
+// BETWEEN holds only for numbers in range, so an allowance of another type,
+// negative or above MaxAmount fails Apply's condition and is not written
+// to. A fractional allowance in range (10.5) passes it: DynamoDB's
+// conditions cannot test a number for being whole. The update is then
+// applied, and decoding the result reports the *MalformedItemError. Apply
+// grants nothing from a malformed allowance either way.
+//
+// Every write is an UpdateItem, SetOverride's included, so the stores need
+// no PutItem (Actions). A deployment denies its functions writes to the
+// override items with a condition on OverrideKeyPattern: template.yaml does,
+// and SECURITY.md gives the operators' policy.
 //
 // # Retries and duplicates
 //
@@ -128,7 +141,9 @@
 //	aws dynamodb put-item --table-name herdguard --item '{"pk":{"S":"c#payments#override"},"override":{"S":"none"}}'
 //	# (or) aws dynamodb delete-item --table-name herdguard --key '{"pk":{"S":"c#payments#override"}}'
 //
-// BreakerStore.SetOverride writes the same item. An item whose attributes
+// These need an operator's credentials: a function's role is denied writes
+// to override items (SECURITY.md). BreakerStore.SetOverride writes the same
+// item, with UpdateItem, for operator tooling. An item whose attributes
 // have other types or values (a typo such as "force_open") is malformed:
 // the stores report a *MalformedItemError and the breaker falls back to its
 // local state, so check with get-item after writing. Deleting a malformed

@@ -14,7 +14,6 @@ func ExampleActions() {
 	// Output:
 	// dynamodb:BatchGetItem
 	// dynamodb:GetItem
-	// dynamodb:PutItem
 	// dynamodb:UpdateItem
 }
 

@@ -23,17 +23,24 @@ var placeholder = regexp.MustCompile(`[#:][A-Za-z0-9_]+`)
 // does not evaluate anything.
 func render(t *testing.T, s *string, expr expression.Expression) string {
 	t.Helper()
+	return renderWith(t, s, expr.Names(), expr.Values())
+}
+
+// renderWith is render with the placeholders' names and values given as a
+// request carries them.
+func renderWith(t *testing.T, s *string, names map[string]string, values map[string]types.AttributeValue) string {
+	t.Helper()
 	used := map[string]bool{}
 	out := placeholder.ReplaceAllStringFunc(aws.ToString(s), func(p string) string {
 		used[p] = true
 		if p[0] == '#' {
-			n, ok := expr.Names()[p]
+			n, ok := names[p]
 			if !ok {
 				t.Fatalf("expression %q uses the undefined name %s", aws.ToString(s), p)
 			}
 			return n
 		}
-		v, ok := expr.Values()[p]
+		v, ok := values[p]
 		if !ok {
 			t.Fatalf("expression %q uses the undefined value %s", aws.ToString(s), p)
 		}
@@ -268,47 +275,88 @@ func TestProbeExpression(t *testing.T) {
 	}
 }
 
-func TestOverrideItem(t *testing.T) {
+func TestOverrideExpression(t *testing.T) {
 	until := time.UnixMilli(1_700_003_600_000)
 	for _, c := range []struct {
+		o      breaker.Override
+		until  time.Time
+		update string
+	}{
+		// Without an end, an earlier end and its TTL are removed, so that
+		// the override neither lapses nor is deleted.
+		{breaker.ForcedOpen, time.Time{}, `REMOVE until, expires SET override = "force-open"`},
+		{breaker.ForcedClosed, until, `SET override = "force-closed", until = 1700003600000, expires = 1700090000`},
+		{breaker.Disabled, until, `SET override = "disabled", until = 1700003600000, expires = 1700090000`},
+		// NoOverride has no end: it reads like a missing item.
+		{breaker.NoOverride, until, `REMOVE until, expires SET override = "none"`},
+	} {
+		key, e, err := overrideExpression("p", c.o, c.until)
+		if err != nil {
+			t.Fatalf("overrideExpression(%v): %v", c.o, err)
+		}
+		if key != "c#p#override" {
+			t.Errorf("key = %q", key)
+		}
+		if e.Condition() != nil {
+			t.Errorf("overrideExpression(%v) has a condition %q; the write is unconditional", c.o, aws.ToString(e.Condition()))
+		}
+		if up, _ := renderAll(t, e); up != c.update {
+			t.Errorf("overrideExpression(%v, %v) =\n  %s\nwant\n  %s", c.o, c.until, up, c.update)
+		}
+		// What is written reads back as written, over an item holding
+		// stale values of every attribute.
+		it := map[string]types.AttributeValue{"pk": sAV(key), "override": sAV("force-open"), "until": sAV("stale"), "expires": nAV("1"), "note": sAV("kept")}
+		applySimpleUpdate(t, e, it)
+		if _, ok := it["expires"]; ok != (c.o != breaker.NoOverride && !c.until.IsZero()) {
+			t.Errorf("overrideExpression(%v, %v) leaves the item %v", c.o, c.until, it)
+		}
+		if it["note"] == nil {
+			t.Errorf("overrideExpression(%v, %v) removed an attribute it does not name", c.o, c.until)
+		}
+		o, u, err := decodeOverride(key, it)
+		if err != nil || o != c.o || (c.o != breaker.NoOverride && !u.Equal(c.until)) || (c.o == breaker.NoOverride && !u.IsZero()) {
+			t.Errorf("decodeOverride(after overrideExpression(%v, %v)) = %v, %v, %v", c.o, c.until, o, u, err)
+		}
+	}
+	for _, c := range []struct {
+		name  string
 		o     breaker.Override
 		until time.Time
-		want  map[string]string
+		want  string
 	}{
-		{breaker.ForcedOpen, time.Time{}, map[string]string{"pk": "c#p#override", "override": "force-open"}},
-		{breaker.ForcedClosed, until, map[string]string{"pk": "c#p#override", "override": "force-closed", "until": "1700003600000", "expires": "1700090000"}},
-		{breaker.Disabled, until, map[string]string{"pk": "c#p#override", "override": "disabled", "until": "1700003600000", "expires": "1700090000"}},
-		// NoOverride has no end: it reads like a missing item.
-		{breaker.NoOverride, until, map[string]string{"pk": "c#p#override", "override": "none"}},
+		{"p", breaker.Override(9), time.Time{}, "unknown breaker override"},
+		{"p", breaker.ForcedOpen, time.UnixMilli(-1), "outside the years"},
+		{"a#b", breaker.ForcedOpen, time.Time{}, "'#'"},
 	} {
-		it, err := overrideItem("p", c.o, c.until)
-		if err != nil {
-			t.Fatalf("overrideItem(%v): %v", c.o, err)
+		if _, _, err := overrideExpression(c.name, c.o, c.until); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("overrideExpression(%q, %v, %v) error = %v, want one containing %q", c.name, c.o, c.until, err, c.want)
 		}
-		got := map[string]string{}
-		for k, v := range it {
-			switch v := v.(type) {
-			case *types.AttributeValueMemberS:
-				got[k] = v.Value
-			case *types.AttributeValueMemberN:
-				got[k] = v.Value
+	}
+}
+
+// applySimpleUpdate applies an update expression made only of
+// "SET #n = :v, ..." and "REMOVE #n, ..." clauses to item, as DynamoDB
+// would.
+func applySimpleUpdate(t *testing.T, e expression.Expression, item map[string]types.AttributeValue) {
+	t.Helper()
+	for _, clause := range strings.Split(strings.TrimSpace(aws.ToString(e.Update())), "\n") {
+		verb, list, _ := strings.Cut(clause, " ")
+		for _, part := range strings.Split(list, ", ") {
+			switch verb {
+			case "SET":
+				n, v, ok := strings.Cut(part, " = ")
+				if !ok || e.Names()[n] == "" || e.Values()[v] == nil {
+					t.Fatalf("SET action %q is not #name = :value", part)
+				}
+				item[e.Names()[n]] = e.Values()[v]
+			case "REMOVE":
+				if e.Names()[part] == "" {
+					t.Fatalf("REMOVE action %q is not #name", part)
+				}
+				delete(item, e.Names()[part])
 			default:
-				t.Fatalf("attribute %s has type %T", k, v)
+				t.Fatalf("update clause %q is neither SET nor REMOVE", clause)
 			}
 		}
-		if fmt.Sprint(got) != fmt.Sprint(c.want) {
-			t.Errorf("overrideItem(%v, %v) = %v, want %v", c.o, c.until, got, c.want)
-		}
-		// What is written reads back as written.
-		o, u, err := decodeOverride(overrideKey("p"), it)
-		if wantUntil := c.until; err != nil || o != c.o || (c.o != breaker.NoOverride && !u.Equal(wantUntil)) {
-			t.Errorf("decodeOverride(overrideItem(%v, %v)) = %v, %v, %v", c.o, c.until, o, u, err)
-		}
-	}
-	if _, err := overrideItem("p", breaker.Override(9), time.Time{}); err == nil || !strings.Contains(err.Error(), "unknown breaker override") {
-		t.Errorf("overrideItem(Override(9)) error = %v", err)
-	}
-	if _, err := overrideItem("p", breaker.ForcedOpen, time.UnixMilli(-1)); err == nil {
-		t.Errorf("overrideItem with an end before 1970: no error")
 	}
 }

@@ -19,7 +19,6 @@ import (
 type fakeAPI struct {
 	batchGetItem func(*dynamodb.BatchGetItemInput) (*dynamodb.BatchGetItemOutput, error)
 	getItem      func(*dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error)
-	putItem      func(*dynamodb.PutItemInput) (*dynamodb.PutItemOutput, error)
 	updateItem   func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error)
 
 	mu       sync.Mutex
@@ -66,14 +65,6 @@ func (f *fakeAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, _ ...f
 		return nil, errNotScripted
 	}
 	return f.getItem(in)
-}
-
-func (f *fakeAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	f.record("PutItem", in.Item)
-	if f.putItem == nil {
-		return nil, errNotScripted
-	}
-	return f.putItem(in)
 }
 
 func (f *fakeAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {

@@ -48,6 +48,22 @@ const (
 	probeInfix     = sep + "p" + sep
 )
 
+// OverrideKeyPattern is an IAM StringLike pattern for the condition key
+// dynamodb:LeadingKeys (the partition key of the items a request touches)
+// that matches the key "c#<name>#override" of every breaker's override
+// item and no other key the stores write: names cannot contain '#', so a
+// state key "c#<name>" never ends in "#override", and window and probe keys
+// end in digits. A deployment denies its functions writes to these items
+// with
+//
+//	"Effect": "Deny",
+//	"Action": ["dynamodb:PutItem", "dynamodb:UpdateItem", ...],
+//	"Condition": {"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": ["c#*#override"]}}
+//
+// and grants an operators' role writes to them only with
+// ForAllValues:StringLike (SECURITY.md).
+const OverrideKeyPattern = breakerPrefix + "*" + overrideSuffix
+
 // Bounds on values the stores write or accept. Anything outside them in an
 // item is reported as a *MalformedItemError rather than trusted.
 const (

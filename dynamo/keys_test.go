@@ -1,9 +1,12 @@
 package dynamo
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/herdguard/herdguard/budget"
 )
@@ -87,6 +90,90 @@ func TestKeysNeverCollide(t *testing.T) {
 			t.Errorf("key %q of %s has neither prefix", key, what)
 		}
 	}
+}
+
+// stringLike reports whether s matches the IAM StringLike pattern: '*'
+// stands for any run of characters (none included), '?' for one, and
+// everything else for itself, case included.
+func stringLike(pattern, s string) bool {
+	var re strings.Builder
+	re.WriteString(`^(?s)`)
+	for _, r := range pattern {
+		switch r {
+		case '*':
+			re.WriteString(".*")
+		case '?':
+			re.WriteString(".")
+		default:
+			re.WriteString(regexp.QuoteMeta(string(r)))
+		}
+	}
+	re.WriteString("$")
+	return regexp.MustCompile(re.String()).MatchString(s)
+}
+
+func TestStringLike(t *testing.T) {
+	for _, c := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"c#*#override", "c#p#override", true},
+		{"c#*#override", "c##override", true},
+		{"c#*#override", "c#override", false},
+		{"c#*#override", "c#p#Override", false},
+		{"c#*#override", "c#p#override#", false},
+		{"c#*#override", "xc#p#override", false},
+		{"a?c", "abc", true},
+		{"a?c", "ac", false},
+		{"a.c", "abc", false},
+	} {
+		if got := stringLike(c.pattern, c.s); got != c.want {
+			t.Errorf("stringLike(%q, %q) = %v, want %v", c.pattern, c.s, got, c.want)
+		}
+	}
+}
+
+// TestOverrideKeyPattern checks that the IAM pattern a deployment uses to
+// keep its functions away from the override items matches the override key
+// of every valid name and no other key the stores write: a Deny with it
+// neither misses an override nor blocks a run-time write.
+func TestOverrideKeyPattern(t *testing.T) {
+	if OverrideKeyPattern != "c#*#override" {
+		t.Errorf("OverrideKeyPattern = %q; SECURITY.md and template.yaml spell it c#*#override", OverrideKeyPattern)
+	}
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:"
+	names := rapid.Custom(func(t *rapid.T) string {
+		// Names that end like the suffix or embed it are the interesting ones.
+		base := rapid.StringOfN(rapid.SampledFrom([]rune(alphabet)), 1, 40, -1).Draw(t, "base")
+		switch rapid.IntRange(0, 3).Draw(t, "shape") {
+		case 1:
+			base += "override"
+		case 2:
+			base = "override" + base
+		case 3:
+			base = "override"
+		}
+		return base
+	})
+	rapid.Check(t, func(t *rapid.T) {
+		name := names.Draw(t, "name")
+		if err := budget.ValidateName(name); err != nil {
+			t.Fatalf("generated name %q is invalid: %v", name, err)
+		}
+		if k := overrideKey(name); !stringLike(OverrideKeyPattern, k) {
+			t.Fatalf("pattern %q misses the override key %q", OverrideKeyPattern, k)
+		}
+		ms := rapid.Int64Range(0, maxUnixMilli).Draw(t, "ms")
+		bk, err := budgetKey(budget.Key{Name: name, Shard: rapid.IntRange(0, MaxShards-1).Draw(t, "shard"), Window: time.UnixMilli(ms)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{stateKey(name), windowKey(name, ms), probeKey(name, rapid.IntRange(0, MaxProbeSlots-1).Draw(t, "slot")), bk} {
+			if stringLike(OverrideKeyPattern, k) {
+				t.Fatalf("pattern %q matches %q, which is not an override item", OverrideKeyPattern, k)
+			}
+		}
+	})
 }
 
 func TestBreakerKeys(t *testing.T) {

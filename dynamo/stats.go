@@ -18,7 +18,7 @@ type Stats struct {
 	// two items (which costs as much as two GetItems but takes one round
 	// trip).
 	Reads int64
-	// Writes counts write requests (UpdateItem, PutItem), those refused by
+	// Writes counts write requests (UpdateItem), those refused by
 	// their condition included: DynamoDB charges for them too.
 	Writes int64
 	// ConditionalFailures counts writes refused by their condition. Most are

@@ -3,6 +3,7 @@ package dynamo_test
 import (
 	"fmt"
 	"os"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -186,8 +187,10 @@ func checkTemplate(doc map[string]any) []error {
 		fail("table %s: TimeToLiveSpecification is %v, want %v", table.id, table.props["TimeToLiveSpecification"], wantTTL)
 	}
 
-	// IAM: every grant of a DynamoDB action is an Allow of exactly
-	// dynamo.Actions() on exactly the table's ARN.
+	// IAM: every grant of a DynamoDB action is an unconditional Allow of
+	// exactly dynamo.Actions() on exactly the table's ARN, and every role
+	// granting them carries the Deny that keeps it from writing override
+	// items (and no other Deny of DynamoDB actions).
 	wantResource := map[string]any{"Fn::GetAtt": []any{table.id, "Arn"}}
 	functions := 0
 	for _, r := range rs {
@@ -222,6 +225,8 @@ func checkTemplate(doc map[string]any) []error {
 			docs = append(docs, r.props["PolicyDocument"])
 		}
 		granted := map[string]int{}
+		var denied []string // actions of the override Deny
+		overrideDenies := 0
 		for _, d := range docs {
 			dm, _ := d.(map[string]any)
 			for _, st := range asList(dm["Statement"]) {
@@ -243,15 +248,33 @@ func checkTemplate(doc map[string]any) []error {
 				if len(dyn) == 0 {
 					continue
 				}
-				if sm["Effect"] != "Allow" {
-					continue // a Deny never widens the grant
-				}
-				for _, a := range dyn {
-					granted[a]++
+				if sm["NotResource"] != nil {
+					fail("%s: a statement of DynamoDB actions %v uses NotResource; name the table's ARN", r.id, dyn)
 				}
 				res := asList(sm["Resource"])
-				if len(res) != 1 || !equal(res[0], wantResource) {
-					fail("%s: DynamoDB actions %v are granted on %v, want only the table's ARN %v", r.id, dyn, sm["Resource"], wantResource)
+				switch sm["Effect"] {
+				case "Allow":
+					for _, a := range dyn {
+						granted[a]++
+					}
+					if len(res) != 1 || !equal(res[0], wantResource) {
+						fail("%s: DynamoDB actions %v are granted on %v, want only the table's ARN %v", r.id, dyn, sm["Resource"], wantResource)
+					}
+					if sm["Condition"] != nil {
+						fail("%s: the Allow of %v has a Condition %v; the stores need their actions on every item they write", r.id, dyn, sm["Condition"])
+					}
+				case "Deny":
+					if !isOverrideDenyCondition(sm["Condition"]) {
+						fail("%s: a Deny of DynamoDB actions %v with condition %v; the only Deny allowed is the one of writes to override items, with condition %v", r.id, dyn, sm["Condition"], overrideDenyCondition())
+						continue
+					}
+					overrideDenies++
+					denied = append(denied, dyn...)
+					if len(res) != 1 || !equal(res[0], wantResource) {
+						fail("%s: the Deny of writes to override items is on %v, want the table's ARN %v", r.id, sm["Resource"], wantResource)
+					}
+				default:
+					fail("%s: a statement of DynamoDB actions %v has Effect %v", r.id, dyn, sm["Effect"])
 				}
 			}
 		}
@@ -277,11 +300,69 @@ func checkTemplate(doc map[string]any) []error {
 				fail("%s grants %s, which the dynamo stores never call (want exactly %v)", r.id, a, want)
 			}
 		}
+		switch {
+		case overrideDenies == 0:
+			fail("%s has no Deny of writes to override items (%v on the table with condition %v): its role could write an operator override", r.id, overrideWriteActions, overrideDenyCondition())
+		case overrideDenies > 1:
+			fail("%s has %d Denies of writes to override items, want one", r.id, overrideDenies)
+		}
+		if overrideDenies > 0 {
+			covers := func(a string) bool {
+				return slices.ContainsFunc(denied, func(p string) bool { return actionMatches(p, a) })
+			}
+			for _, a := range overrideWriteActions {
+				if !covers(a) {
+					fail("%s: the Deny of writes to override items does not cover %s", r.id, a)
+				}
+			}
+			// The stores read override items (Load, Transition): the
+			// Deny must leave every other action of theirs alone.
+			for _, a := range want {
+				if !slices.Contains(overrideWriteActions, a) && covers(a) {
+					fail("%s: the Deny of writes to override items also covers %s, which the stores call on them", r.id, a)
+				}
+			}
+		}
 	}
 	if functions == 0 {
 		fail("template declares no AWS::Serverless::Function")
 	}
 	return errs
+}
+
+// overrideWriteActions are the item writes the function's role must be
+// denied on override items: PutItem and UpdateItem write one, DeleteItem
+// clears one (undoing an operator's force-open), BatchWriteItem does either
+// (TransactWriteItems is authorised through these).
+var overrideWriteActions = []string{"dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+
+// overrideDenyCondition is the condition of the Deny of writes to override
+// items: dynamodb:LeadingKeys holds the partition keys of the items a
+// request touches, and ForAnyValue:StringLike holds when any of them
+// matches (ForAllValues would let a batch mixing other keys through).
+func overrideDenyCondition() map[string]any {
+	return map[string]any{"ForAnyValue:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{dynamo.OverrideKeyPattern}}}
+}
+
+// isOverrideDenyCondition reports whether c is overrideDenyCondition(),
+// allowing a single pattern to be written without a list.
+func isOverrideDenyCondition(c any) bool {
+	cm, ok := c.(map[string]any)
+	if !ok || len(cm) != 1 {
+		return false
+	}
+	op, ok := cm["ForAnyValue:StringLike"].(map[string]any)
+	if !ok || len(op) != 1 {
+		return false
+	}
+	return equal(asList(op["dynamodb:LeadingKeys"]), []any{dynamo.OverrideKeyPattern})
+}
+
+// actionMatches reports whether the IAM action pattern p (case-insensitive,
+// with '*' and '?' wildcards) covers the action a.
+func actionMatches(p, a string) bool {
+	ok, err := path.Match(strings.ToLower(p), strings.ToLower(a)) // actions have no '/'
+	return err == nil && ok
 }
 
 func asList(v any) []any {
@@ -390,7 +471,23 @@ X:
 func TestTemplateCheckCatchesDrift(t *testing.T) {
 	src := readTemplate(t)
 	actions := dynamo.Actions()
-	lastAction := "                - " + actions[len(actions)-1] + "\n"
+	const item = "                - "
+	last := actions[len(actions)-1]
+	// The Allow statement, anchored on its Sid so that mutations never
+	// touch the Deny below it, which lists some of the same actions.
+	allow := "            - Sid: HerdguardTable\n              Effect: Allow\n              Action:\n"
+	for _, a := range actions {
+		allow += item + a + "\n"
+	}
+	allowRes := allow + "              Resource: !GetAtt Table.Arn\n"
+	deny := "            - Sid: HerdguardNoOverrideWrites\n              Effect: Deny\n              Action:\n"
+	for _, a := range overrideWriteActions {
+		deny += item + a + "\n"
+	}
+	denyRes := deny + "              Resource: !GetAtt Table.Arn\n"
+	denyAll := denyRes + "              Condition:\n                ForAnyValue:StringLike:\n                  dynamodb:LeadingKeys:\n                    - \"c#*#override\"\n"
+	without := func(block, a string) string { return strings.Replace(block, item+a+"\n", "", 1) }
+
 	for _, tc := range []struct {
 		name, old, new, want string
 	}{
@@ -399,13 +496,28 @@ func TestTemplateCheckCatchesDrift(t *testing.T) {
 		{"provisioned", "BillingMode: PAY_PER_REQUEST", "BillingMode: PROVISIONED", "BillingMode"},
 		{"other TTL", "        AttributeName: expires\n", "        AttributeName: ttl\n", "TimeToLiveSpecification"},
 		{"TTL off", "        Enabled: true\n", "        Enabled: false\n", "TimeToLiveSpecification"},
-		{"missing action", lastAction, "", "does not grant " + actions[len(actions)-1]},
-		{"extra action", lastAction, lastAction + "                - dynamodb:Scan\n", "grants dynamodb:Scan"},
-		{"wildcard", lastAction, lastAction + "                - dynamodb:*\n", "grants dynamodb:*"},
-		{"duplicate", lastAction, lastAction + lastAction, "times"},
-		{"any resource", "              Resource: !GetAtt Table.Arn", "              Resource: \"*\"", "want only the table's ARN"},
-		{"index resource", "              Resource: !GetAtt Table.Arn", "              Resource:\n                - !GetAtt Table.Arn\n                - !Sub \"${Table.Arn}/index/*\"", "want only the table's ARN"},
+
+		{"missing action", allow, without(allow, last), "does not grant " + last},
+		{"extra action", allow, allow + item + "dynamodb:Scan\n", "grants dynamodb:Scan"},
+		{"PutItem again", allow, allow + item + "dynamodb:PutItem\n", "grants dynamodb:PutItem, which the dynamo stores never call"},
+		{"wildcard", allow, allow + item + "dynamodb:*\n", "grants dynamodb:*"},
+		{"duplicate", allow, allow + item + last + "\n", "times"},
+		{"any resource", allowRes, allow + "              Resource: \"*\"\n", "want only the table's ARN"},
+		{"index resource", allowRes, allow + "              Resource:\n                - !GetAtt Table.Arn\n                - !Sub \"${Table.Arn}/index/*\"\n", "want only the table's ARN"},
+		{"conditional allow", allowRes, allowRes + "              Condition:\n                Bool:\n                  aws:SecureTransport: true\n", "has a Condition"},
 		{"policy template", "      Policies:\n", "      Policies:\n        - DynamoDBCrudPolicy:\n            TableName: !Ref Table\n", "inline policy document"},
+
+		{"no deny", denyAll, "", "no Deny of writes to override items"},
+		{"deny without UpdateItem", deny, without(deny, "dynamodb:UpdateItem"), "does not cover dynamodb:UpdateItem"},
+		{"deny without PutItem", deny, without(deny, "dynamodb:PutItem"), "does not cover dynamodb:PutItem"},
+		{"deny without DeleteItem", deny, without(deny, "dynamodb:DeleteItem"), "does not cover dynamodb:DeleteItem"},
+		{"deny of all values", denyAll, strings.Replace(denyAll, "ForAnyValue:", "ForAllValues:", 1), "no Deny of writes to override items"},
+		{"deny pattern too narrow", denyAll, strings.Replace(denyAll, "c#*#override", "c#payments#override", 1), "no Deny of writes to override items"},
+		{"deny pattern too wide", denyAll, strings.Replace(denyAll, "c#*#override", "c#*", 1), "the only Deny allowed"},
+		{"deny on the index", denyRes, deny + "              Resource: !Sub \"${Table.Arn}/index/*\"\n", "Deny of writes to override items is on"},
+		{"deny unconditional", denyAll, denyRes, "the only Deny allowed"},
+		{"deny of reads", deny, deny + item + "dynamodb:GetItem\n", "also covers dynamodb:GetItem"},
+		{"deny of every item action", deny, deny + item + "dynamodb:*Item\n", "also covers dynamodb:BatchGetItem"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(src, tc.old) {
@@ -423,5 +535,23 @@ func TestTemplateCheckCatchesDrift(t *testing.T) {
 			}
 			t.Errorf("mutation not reported with %q; errors: %v", tc.want, errs)
 		})
+	}
+
+	// A Deny written with wildcard actions, more write actions and a single
+	// pattern (not a list) is as good: the check reads IAM, not the
+	// template's spelling.
+	alt := strings.Replace(src, denyAll, "            - Sid: HerdguardNoOverrideWrites\n              Effect: Deny\n              Action:\n"+
+		item+"dynamodb:Put*\n"+item+"dynamodb:update*\n"+item+"dynamodb:Delete*\n"+item+"dynamodb:BatchWrite*\n"+item+"dynamodb:PartiQLUpdate\n"+
+		"              Resource: !GetAtt Table.Arn\n              Condition:\n                ForAnyValue:StringLike:\n"+
+		"                  dynamodb:LeadingKeys: \"c#*#override\"\n", 1)
+	if alt == src {
+		t.Fatal("template.yaml no longer contains the Deny statement; update the test")
+	}
+	doc, err := parseCFN([]byte(alt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := checkTemplate(doc); len(errs) > 0 {
+		t.Errorf("an equivalent Deny (wildcard actions, a single pattern) is reported: %v", errs)
 	}
 }

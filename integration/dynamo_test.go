@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"os"
+	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,27 +185,42 @@ func TestDynamoCreateTable(t *testing.T) {
 // TestDynamoBudgetMalformedItems writes broken budget items by hand and
 // checks that Apply returns a *dynamo.MalformedItemError (never a grant,
 // never ErrInsufficient, never a panic), for an update that takes and for
-// one that only deposits.
+// one that only deposits. It also pins what happens to the item, as
+// BudgetStore.Apply documents: a value of another type, negative or above
+// MaxAmount fails the condition and is left as it was; a fraction that
+// BETWEEN admits (DynamoDB's conditions cannot test for a whole number) is
+// updated, and only the decoding of the result reports it.
 func TestDynamoBudgetMalformedItems(t *testing.T) {
 	api := newStoreClient(t)
 	table := newTable(t)
 	st := newBudgetStore(t, api, table)
 	window := time.UnixMilli(time.Now().UnixMilli()).Truncate(10 * time.Second)
+	expires := window.Add(time.Minute)
+	wantExpires := avN(strconv.FormatInt(expires.Unix(), 10))
 
+	// after maps the update ("take": Take 1, "deposit": Deposit 3, both with
+	// Floor 5) to the allowance the item holds afterwards when the update
+	// passed the condition; an update not listed was refused and must leave
+	// the item untouched.
 	cases := []struct {
 		name      string
 		allowance types.AttributeValue
+		after     map[string]string
 	}{
-		{"string", avS("10")},
-		{"bool", &types.AttributeValueMemberBOOL{Value: true}},
-		{"null", &types.AttributeValueMemberNULL{Value: true}},
-		{"number-set", &types.AttributeValueMemberNS{Value: []string{"10"}}},
-		{"map", &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"n": avN("10")}}},
-		{"negative", avN("-5")},
-		{"fraction", avN("10.5")},
-		{"huge", avN("1e30")},
-		{"beyond-int64", avN("9223372036854775808")},
-		{"beyond-max-amount", avN("9007199254740993")},
+		{"string", avS("10"), nil},
+		{"bool", &types.AttributeValueMemberBOOL{Value: true}, nil},
+		{"null", &types.AttributeValueMemberNULL{Value: true}, nil},
+		{"number-set", &types.AttributeValueMemberNS{Value: []string{"10"}}, nil},
+		{"map", &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"n": avN("10")}}, nil},
+		{"negative", avN("-5"), nil},
+		{"negative-fraction", avN("-0.5"), nil},
+		{"fraction", avN("10.5"), map[string]string{"take": "9.5", "deposit": "13.5"}},
+		// BETWEEN 1 AND max refuses 0.5 to a take; BETWEEN 0 AND max admits
+		// it to a deposit.
+		{"small-fraction", avN("0.5"), map[string]string{"deposit": "3.5"}},
+		{"huge", avN("1e30"), nil},
+		{"beyond-int64", avN("9223372036854775808"), nil},
+		{"beyond-max-amount", avN("9007199254740993"), nil},
 	}
 	for i, c := range cases {
 		for _, u := range []struct {
@@ -213,8 +231,8 @@ func TestDynamoBudgetMalformedItems(t *testing.T) {
 				k := budget.Key{Name: fmt.Sprintf("bad.%d.%s", i, u.kind), Shard: 1, Window: window}
 				pk := fmt.Sprintf("b#%s#1#%d", k.Name, window.UnixMilli())
 				putItem(t, api, table, map[string]types.AttributeValue{"pk": avS(pk), "allowance": c.allowance})
-				before := st.Stats().Malformed
-				got, err := st.Apply(storeCtx(t), k, budget.Update{Floor: 5, Deposit: u.deposit, Take: u.take, Expires: window.Add(time.Minute)})
+				before := st.Stats()
+				got, err := st.Apply(storeCtx(t), k, budget.Update{Floor: 5, Deposit: u.deposit, Take: u.take, Expires: expires})
 				var m *dynamo.MalformedItemError
 				if !errors.As(err, &m) {
 					t.Fatalf("Apply over allowance %#v = %d, %v; want a *dynamo.MalformedItemError", c.allowance, got, err)
@@ -225,8 +243,32 @@ func TestDynamoBudgetMalformedItems(t *testing.T) {
 				if m.Key != pk || m.Attribute != "allowance" {
 					t.Errorf("MalformedItemError names item %q attribute %q, want %q allowance", m.Key, m.Attribute, pk)
 				}
-				if after := st.Stats().Malformed; after != before+1 {
-					t.Errorf("Stats().Malformed went from %d to %d, want +1", before, after)
+				after := st.Stats()
+				if after.Malformed != before.Malformed+1 {
+					t.Errorf("Stats().Malformed went from %d to %d, want +1", before.Malformed, after.Malformed)
+				}
+
+				item := getItem(t, api, table, pk)
+				want, applied := c.after[u.kind]
+				refused := after.ConditionalFailures - before.ConditionalFailures
+				switch {
+				case applied && refused != 0:
+					t.Errorf("the condition refused the update; over allowance %v it holds", c.allowance)
+				case !applied && refused != 1:
+					t.Errorf("the condition admitted the update; over allowance %v it fails", c.allowance)
+				}
+				if !applied {
+					if len(item) != 2 || !sameValue(item["allowance"], c.allowance) {
+						t.Errorf("refused update changed the item to %#v; want it as written, allowance %#v", item, c.allowance)
+					}
+					return
+				}
+				n, ok := item["allowance"].(*types.AttributeValueMemberN)
+				if !ok || n.Value != want {
+					t.Errorf("admitted update left allowance %v, want %s (the fraction updated)", item["allowance"], want)
+				}
+				if fmt.Sprint(item["expires"]) != fmt.Sprint(wantExpires) {
+					t.Errorf("admitted update left expires %v, want %v", item["expires"], wantExpires)
 				}
 			})
 		}
@@ -239,6 +281,20 @@ func TestDynamoBudgetMalformedItems(t *testing.T) {
 	if got, err := st.Apply(storeCtx(t), k, budget.Update{Floor: 4, Take: 1, Expires: window.Add(time.Minute)}); err != nil || got != 3 {
 		t.Errorf("Apply over an item without allowance = %d, %v; want 3, <nil>", got, err)
 	}
+}
+
+// sameValue reports whether two attribute values are equal as DynamoDB
+// stores them: numbers by value (it normalises 1e30 to 1E+30), anything
+// else exactly.
+func sameValue(a, b types.AttributeValue) bool {
+	an, aok := a.(*types.AttributeValueMemberN)
+	bn, bok := b.(*types.AttributeValueMemberN)
+	if aok && bok {
+		x, xok := new(big.Rat).SetString(an.Value)
+		y, yok := new(big.Rat).SetString(bn.Value)
+		return xok && yok && x.Cmp(y) == 0
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 // TestDynamoBreakerMalformedItems writes broken breaker items by hand and
@@ -463,11 +519,67 @@ func TestDynamoItemLayout(t *testing.T) {
 	}
 }
 
+// TestDynamoSetOverrideReplacesEnd checks SetOverride's UpdateItem against
+// DynamoDB Local: an override without an end removes the end and the time
+// to live an earlier one left (else TTL would delete a permanent override a
+// day after the old end), and it writes over an item an operator wrote with
+// put-item, attributes of other types included.
+func TestDynamoSetOverrideReplacesEnd(t *testing.T) {
+	api := newStoreClient(t)
+	table := newTable(t)
+	cs := newBreakerStore(t, api, table)
+	w := time.UnixMilli(1_700_000_000_000)
+	const pk = "c#ends#override"
+
+	steps := []struct {
+		what  string
+		o     breaker.Override
+		until time.Time
+		want  map[string]types.AttributeValue
+	}{
+		{"an override with an end", breaker.ForcedOpen, w.Add(time.Hour), map[string]types.AttributeValue{"override": avS("force-open"), "until": avN("1700003600000"), "expires": avN("1700090000")}},
+		{"then one without", breaker.ForcedOpen, time.Time{}, map[string]types.AttributeValue{"override": avS("force-open")}},
+		{"then another end", breaker.Disabled, w.Add(2 * time.Hour), map[string]types.AttributeValue{"override": avS("disabled"), "until": avN("1700007200000"), "expires": avN("1700093600")}},
+		{"then none, which has no end", breaker.NoOverride, w.Add(3 * time.Hour), map[string]types.AttributeValue{"override": avS("none")}},
+	}
+	for _, s := range steps {
+		if err := cs.SetOverride(storeCtx(t), "ends", s.o, s.until); err != nil {
+			t.Fatalf("%s: SetOverride: %v", s.what, err)
+		}
+		got := getItem(t, api, table, pk)
+		delete(got, "pk")
+		if fmt.Sprint(keys(got)) != fmt.Sprint(keys(s.want)) {
+			t.Errorf("%s: item has attributes %v, want exactly %v", s.what, keys(got), keys(s.want))
+		}
+		for name, w := range s.want {
+			if fmt.Sprint(got[name]) != fmt.Sprint(w) {
+				t.Errorf("%s: attribute %s = %v, want %v", s.what, name, got[name], w)
+			}
+		}
+	}
+
+	// Over an operator's malformed item: the attributes SetOverride owns
+	// are replaced whatever their type; others, which no store reads, stay.
+	putItem(t, api, table, map[string]types.AttributeValue{"pk": avS(pk), "override": avN("1"), "until": avS("tomorrow"), "expires": avS("never"), "note": avS("by hand")})
+	if err := cs.SetOverride(storeCtx(t), "ends", breaker.ForcedClosed, time.Time{}); err != nil {
+		t.Fatalf("SetOverride over a malformed item: %v", err)
+	}
+	got := getItem(t, api, table, pk)
+	if fmt.Sprint(got["override"]) != fmt.Sprint(avS("force-closed")) || got["until"] != nil || got["expires"] != nil || fmt.Sprint(got["note"]) != fmt.Sprint(avS("by hand")) {
+		t.Errorf("item after SetOverride over a malformed one = %v", got)
+	}
+	if snap, err := cs.Load(storeCtx(t), "ends"); err != nil || snap.Override != breaker.ForcedClosed || !snap.OverrideUntil.IsZero() {
+		t.Errorf("Load = %+v, %v; want force-closed without an end", snap, err)
+	}
+}
+
+// keys returns the attribute names of an item, sorted.
 func keys(m map[string]types.AttributeValue) []string {
 	var ks []string
 	for k := range m {
 		ks = append(ks, k)
 	}
+	slices.Sort(ks)
 	return ks
 }
 
@@ -584,9 +696,13 @@ func TestDynamoStoresOnRequest(t *testing.T) {
 	if _, err := cs.Load(storeCtx(t), "hook"); err != nil {
 		t.Fatal(err)
 	}
+	if err := cs.SetOverride(storeCtx(t), "hook", breaker.ForcedOpen, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
 	want := []struct{ op, key string }{
 		{"UpdateItem", fmt.Sprintf("b#hook#0#%d", now.UnixMilli())},
 		{"BatchGetItem", "c#hook"},
+		{"UpdateItem", "c#hook#override"},
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -601,8 +717,8 @@ func TestDynamoStoresOnRequest(t *testing.T) {
 	if !errors.As(seen[0].Err, new(*types.ConditionalCheckFailedException)) {
 		t.Errorf("refused Apply's request error = %v, want a ConditionalCheckFailedException", seen[0].Err)
 	}
-	if seen[1].Err != nil {
-		t.Errorf("Load's request error = %v, want nil", seen[1].Err)
+	if seen[1].Err != nil || seen[2].Err != nil {
+		t.Errorf("Load's and SetOverride's request errors = %v, %v; want nil", seen[1].Err, seen[2].Err)
 	}
 }
 

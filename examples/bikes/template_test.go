@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -244,5 +245,79 @@ func TestTemplateAlarmsWatchEmittedMetrics(t *testing.T) {
 		if !alarmed[m] {
 			t.Errorf("no alarm on %s", m)
 		}
+	}
+}
+
+// TestTemplateFunctionCannotWriteItsOverride checks the function's policy
+// against the name it runs with: the Deny keeps it from writing its own
+// breaker's override item (which the stack's BreakerOverrideExample output
+// tells an operator to write), and spares every item the function writes.
+// dynamo/template_test.go checks the policy's shape against package dynamo.
+func TestTemplateFunctionCannotWriteItsOverride(t *testing.T) {
+	tpl := loadTemplate(t)
+	raw, env := tpl.functionEnv(t)
+	name := env[envName]
+	if raw[envName] == nil {
+		name = defaultName
+	}
+
+	var patterns []string
+	denied := map[string]bool{}
+	for _, p := range asList(tpl.props(tpl.functionID)["Policies"]) {
+		pm, _ := p.(map[string]any)
+		for _, st := range asList(pm["Statement"]) {
+			sm, _ := st.(map[string]any)
+			if sm["Effect"] != "Deny" {
+				continue
+			}
+			cond, _ := sm["Condition"].(map[string]any)
+			like, _ := cond["ForAnyValue:StringLike"].(map[string]any)
+			for _, v := range asList(like["dynamodb:LeadingKeys"]) {
+				if s, ok := v.(string); ok {
+					patterns = append(patterns, s)
+				}
+			}
+			for _, a := range asList(sm["Action"]) {
+				denied[strings.ToLower(fmt.Sprint(a))] = true
+			}
+		}
+	}
+	if len(patterns) == 0 {
+		t.Fatal("the function's policy has no Deny conditioned on ForAnyValue:StringLike dynamodb:LeadingKeys")
+	}
+	for _, a := range []string{"dynamodb:putitem", "dynamodb:updateitem", "dynamodb:deleteitem"} {
+		if !denied[a] {
+			t.Errorf("the Deny does not list %s", a)
+		}
+	}
+	matches := func(key string) bool {
+		for _, p := range patterns {
+			if ok, err := path.Match(p, key); err == nil && ok { // keys hold no '/'
+				return true
+			}
+		}
+		return false
+	}
+
+	override := "c#" + name + "#override"
+	if !matches(override) {
+		t.Errorf("the function may write its breaker's override item %q: the Deny's patterns %v miss it", override, patterns)
+	}
+	// The items the function writes at run time (package dynamo's layout).
+	for _, k := range []string{"b#" + name + "#0#1700000000000", "c#" + name, "c#" + name + "#w#1700000000000", "c#" + name + "#p#0"} {
+		if matches(k) {
+			t.Errorf("the Deny's patterns %v match %q, which the function writes", patterns, k)
+		}
+	}
+
+	// The operator's command in the outputs writes that very item.
+	outputs, _ := tpl.doc["Outputs"].(map[string]any)
+	ex, _ := outputs["BreakerOverrideExample"].(map[string]any)
+	sub, _ := ex["Value"].(map[string]any)
+	cmd, _ := sub["Fn::Sub"].(string)
+	p, _ := tpl.params["HerdguardName"].(map[string]any)
+	cmd = strings.ReplaceAll(cmd, "${HerdguardName}", fmt.Sprint(p["Default"]))
+	if !strings.Contains(cmd, `{"pk":{"S":"`+override+`"}`) {
+		t.Errorf("output BreakerOverrideExample %q does not write %s", cmd, override)
 	}
 }
