@@ -86,8 +86,9 @@ type Breaker struct {
 	// Guarded by mu. Invariants: gen is the generation in word; it changes
 	// whenever the state machine or an override changes, and every change
 	// of gen resets the window, the consecutive counts, the probe slots and
-	// the pending fleet counts. In shared mode, unless degraded, state,
-	// openUntil and reopens mirror snap.
+	// the pending and sent fleet counts. In shared mode, unless degraded or
+	// held, state, openUntil and reopens mirror snap. While held, the
+	// store is not degraded and state is Open or HalfOpen.
 	gen       uint64
 	state     State
 	openUntil time.Time
@@ -100,14 +101,28 @@ type Breaker struct {
 	events    []event     // OnStateChange calls to make once mu is released
 
 	// Shared mode only.
-	snap             Snapshot  // fleet state last read or written
-	degraded         bool      // the store failed: the local state machine decides
+	snap     Snapshot // fleet state last read or written
+	degraded bool     // the store failed: the local state machine decides, nothing is written
+	// held: the store answers and the fleet is closed, but this
+	// environment opened on its local state machine (degraded, or the
+	// stored state went back) and stays on it until its own probe
+	// succeeds, or the fleet opens or is overridden. It reports its
+	// failed probes to the fleet window.
+	held bool
+	// lowerRead: the latest Load returned an epoch below snap's. One such
+	// read may be eventually consistent; two in a row are the store's
+	// state (it went back: the item was lost).
+	lowerRead        bool
 	halfOpenBusy     bool      // an Open→HalfOpen transition is in flight
 	probeDeniedUntil time.Time // do not ask for a probe slot before this
 	batch            fleetBatch
 	prev             fleetBatch // the previous fleet window's unreported remainder
-	reportBusy       bool       // a Report is in flight
-	lastReport       time.Time
+	// sent is what was handed to Report for the latest fleet window in
+	// this generation, whatever the Report's fate: a batch re-derived from
+	// the rolling window (after a Store fault) leaves it out.
+	sent       fleetBatch
+	reportBusy bool // a Report is in flight
+	lastReport time.Time
 }
 
 // fleetBatch is this environment's not yet reported counts for one fleet
@@ -265,7 +280,7 @@ func (b *Breaker) Reset() {
 	b.override = NoOverride
 	b.state, b.openUntil, b.reopens = Closed, time.Time{}, 0
 	b.snap = Snapshot{}
-	b.degraded = false
+	b.degraded, b.held, b.lowerRead = false, false, false
 	b.lastReport = time.Time{}
 	b.newGenerationLocked()
 	b.announceLocked(b.lastNow, before)
@@ -489,7 +504,21 @@ func (b *Breaker) probeDoneLocked(now time.Time, p Permit, o Outcome) job {
 		r := b.reopens + 1
 		next = Snapshot{State: Open, OpenUntil: now.Add(b.openDurationLocked(r)), Reopens: r}
 	}
-	return b.transitionLocked(now, HalfOpen, next)
+	if !b.held {
+		return b.transitionLocked(now, HalfOpen, next)
+	}
+	// Held on the local state machine: its own probe decides, locally.
+	// Success rejoins the fleet (closed, as last read); a failure is
+	// reported to the fleet window at once, like any failure this
+	// environment sees, so that the fleet trips if MinReporters
+	// environments see the outage.
+	b.held = o == Failure
+	b.setMachineLocked(now, next.State, next.OpenUntil, next.Reopens)
+	if o == Success {
+		return job{}
+	}
+	b.batch = fleetBatch{window: b.win.fleetStart(b.win.number(now.UnixNano())), failures: 1, active: true}
+	return b.takeReportLocked(now, true)
 }
 
 // callDoneLocked handles a counted outcome of an ordinary call that could
@@ -571,7 +600,7 @@ func (b *Breaker) newGenerationLocked() {
 	b.succMark.Store(0)
 	b.consecFail.Store(0)
 	clear(b.probes)
-	b.batch, b.prev = fleetBatch{}, fleetBatch{}
+	b.batch, b.prev, b.sent = fleetBatch{}, fleetBatch{}, fleetBatch{}
 	b.probeDeniedUntil = time.Time{}
 }
 
@@ -665,6 +694,11 @@ func (b *Breaker) observeLocked(now time.Time) {
 	}
 }
 
-// sharedLocked reports whether the fleet state decides: a Store is set and
-// it has not failed.
-func (b *Breaker) sharedLocked() bool { return b.store != nil && !b.degraded }
+// sharedLocked reports whether the fleet state decides: a Store is set,
+// it has not failed, and this environment is not held on its local state
+// machine.
+func (b *Breaker) sharedLocked() bool { return b.store != nil && !b.degraded && !b.held }
+
+// reportingLocked reports whether fleet counts are reported: a Store is set
+// and it has not failed (held or not).
+func (b *Breaker) reportingLocked() bool { return b.store != nil && !b.degraded }

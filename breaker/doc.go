@@ -66,7 +66,8 @@
 //     failures, reports its successes and failures for the current fleet
 //     window (windows of length Window aligned to the Unix epoch, so every
 //     environment uses the same keys) at most once per ReportInterval (1 s)
-//     and on Flush; a window without failures is never reported;
+//     and on Flush (and at each failed local probe while held, see below);
+//     a window without failures is never reported;
 //   - trips the fleet (Closed→Open) only when the window's totals returned
 //     by Store.Report reach FailureRatio of at least MinRequests calls AND
 //     come from at least MinReporters (2) environments: one sick
@@ -100,9 +101,22 @@
 // conflicting one per environment that raced); while half-open, one
 // Transition attempt and one AcquireProbe per environment when the open
 // duration ends, then at most one AcquireProbe per CacheTTL; while open,
-// one Load per CacheTTL. With package dynamo's Store, a Load is one
-// eventually consistent read request (the state and the override item)
-// and every other call one conditional write.
+// one Load per CacheTTL; held on its local state machine (see below), one
+// Load per CacheTTL and one Report per failed probe. With package dynamo's
+// Store, a Load is one eventually consistent read request (the state and
+// the override item) and every other call one conditional write.
+//
+// Counts reported to a fleet window are never sent twice by the Breaker:
+// what it hands to Report is remembered for the window (in the current
+// generation) whatever the Report's fate, and left out when, back from a
+// Store fault in the same window, it gathers its counts again from the
+// rolling window. The bound that remains: a Report that failed before it
+// was applied loses its counts (those gathered since the environment's
+// previous report), and a Report applied whose answer was lost is not
+// repeated by the Breaker but may be by the Store itself; package dynamo's
+// client makes at most one SDK retry, so at most one Report's counts per
+// lost answer are added twice (never its environment as a reporter: the
+// reporters are a set).
 //
 // # When the Store fails
 //
@@ -117,9 +131,42 @@
 // environment's own counts (ratio, minimum throughput, consecutive
 // failures), opens, probes locally and closes. A transition the fault
 // interrupted is applied locally. In degraded mode the Breaker writes
-// nothing and tries one Load per CacheTTL; the first Load that succeeds
-// ends degraded mode and the fleet state decides again. The last override
-// read from the Store is still honoured. A caller whose own context ends
-// during a Store call is not a Store fault: the call is abandoned and
-// retried by a later caller.
+// nothing and tries one Load per CacheTTL. The last override read from the
+// Store is still honoured. A caller whose own context ends during a Store
+// call is not a Store fault: the call is abandoned and retried by a later
+// caller.
+//
+// The first Load that succeeds ends degraded mode, and the fleet state
+// decides again, with one exception: a breaker never goes from open to
+// closed without a successful probe. An environment that is open or
+// half-open on its local state machine when the Store comes back, and
+// finds the fleet closed, is held on its local state machine until its own
+// probe succeeds: when its open duration has passed one call goes through
+// as a local probe (no fleet probe slot, no fleet transition); a success
+// closes it and it rejoins the fleet, a failure opens it again, locally,
+// for the doubled duration. Meanwhile it reads the fleet state once per
+// CacheTTL and reports each failed probe to the fleet window, so that the
+// fleet trips if MinReporters environments see the outage (such a Report
+// trips the fleet like anyone's when the window's totals call for it); it
+// never writes Open to the fleet on its own. As soon as the fleet is open
+// or half-open,
+// or an operator's override is in force, the fleet state takes over.
+// (Closing every environment that tripped alone when the Store returns
+// would send them all at once to a partner that may still be failing.)
+//
+// # When the stored state goes back
+//
+// The state item can be lost: DynamoDB Local restarted with an empty
+// table, a table recreated, an operator deleting "c#<name>" as a repair.
+// The Store then holds a lower epoch than the environments know, and a
+// transition decided on the epoch they know can never succeed. A
+// Transition's conflict answer is the item as it stands (not an eventually
+// consistent read): when it shows an epoch below the one the transition
+// was decided on, the Breaker follows it, and decides again from there. A
+// Load that shows an epoch below the one held may be a stale read, and is
+// ignored once; a second Load in a row below it is followed. Following a
+// lower epoch obeys the rule above: an environment open or half-open when
+// the fleet's state went back to closed stays so until its own probe
+// succeeds. (An operator who wants the fleet closed at once writes the
+// force-closed override instead of deleting the state item.)
 package breaker

@@ -138,8 +138,30 @@ func TestLocalStoreFaultsFallBackToLocal(t *testing.T) {
 	calls(t, a.Breaker, t0, breaker.Failure, 1) // 20 calls, 19 failed: this environment trips on its own
 	wantState(t, a.Breaker, t0, breaker.Open)
 	down.Store(false)
-	if !call(t, a.Breaker, t0.Add(time.Second), breaker.Success) {
-		t.Fatal("the fleet state (closed) did not take over again when the store recovered")
+	// The fleet is closed, but this environment opened on its own: it
+	// stays open until its own probe succeeds.
+	reads, writes := store.Reads(), store.Writes()
+	_, err = a.Allow(ctx, t0.Add(time.Second))
+	if oe := mustOpenError(t, err); oe.State != breaker.Open {
+		t.Fatalf("after the store recovered: %+v, want still open", oe)
+	}
+	if store.Reads() != reads+1 {
+		t.Fatalf("reads = %d, want %d: the fleet state is read again", store.Reads(), reads+1)
+	}
+	at := t0.Add(30 * time.Second)
+	p, err := a.Allow(ctx, at)
+	if err != nil || !p.Probe() {
+		t.Fatalf("Allow at +30s: %v, want this environment's own probe", err)
+	}
+	a.Done(ctx, at, p, breaker.Success)
+	if !call(t, a.Breaker, at, breaker.Success) {
+		t.Fatal("rejected after its own probe succeeded")
+	}
+	if store.Writes() != writes {
+		t.Fatalf("%d writes: the local probe and close were written to the fleet state", store.Writes()-writes)
+	}
+	if snap, err := store.Load(ctx, "partner"); err != nil || snap.State != breaker.Closed || snap.Epoch != 0 {
+		t.Fatalf("stored %+v, %v: want the fleet state untouched", snap, err)
 	}
 }
 

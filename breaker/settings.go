@@ -181,7 +181,9 @@ type Settings struct {
 	// OnStoreError, if not nil, is called (without the breaker's lock held)
 	// with every Store fault, op being "load", "report", "transition" or
 	// "acquire-probe". err satisfies errors.Is(err, ErrStore). The breaker
-	// then runs on its local state machine until a Load succeeds again.
+	// then runs on its local state machine until a Load succeeds again
+	// (and, if it opened meanwhile and the fleet is closed, until its own
+	// probe succeeds: see the package documentation).
 	OnStoreError func(op string, err error)
 }
 

@@ -110,9 +110,11 @@ func storeError(op string, err error) error {
 }
 
 // faultLocked switches to the local state machine after a Store fault and
-// returns the error to report.
+// returns the error to report. What was sent for the fleet window (b.sent)
+// is kept: back in the fleet in the same window and generation, the batch
+// is derived again from the rolling window, less what was sent.
 func (b *Breaker) faultLocked(now time.Time, op string, err error) error {
-	b.degraded = true
+	b.degraded, b.held = true, false // the first Load that succeeds decides whether to hold
 	b.batch, b.prev = fleetBatch{}, fleetBatch{}
 	b.probeDeniedUntil = time.Time{}
 	b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano()) // try the store again after CacheTTL
@@ -166,8 +168,15 @@ func (b *Breaker) refresh(ctx context.Context, now time.Time) {
 	var fault error
 	switch {
 	case err == nil:
+		recovering := b.degraded
 		b.degraded = false
-		b.adoptLocked(now, snap)
+		// A Load is eventually consistent: one read of an epoch below the
+		// one held may be stale, and is not trusted; a second one in a
+		// row is the store's state (it went back: the item was lost).
+		lower := snap.Epoch < b.snap.Epoch
+		back := lower && b.lowerRead
+		b.lowerRead = lower && !back
+		b.adoptLocked(now, snap, back, recovering)
 		b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano())
 	case ctx.Err() != nil:
 		// The caller's context ended, not the store: the next call retries.
@@ -181,17 +190,41 @@ func (b *Breaker) refresh(ctx context.Context, now time.Time) {
 }
 
 // adoptLocked makes a snapshot read from or written to the Store the
-// state of this breaker. A snapshot older than the one held (an eventually
-// consistent read) only updates the override.
-func (b *Breaker) adoptLocked(now time.Time, s Snapshot) {
-	if s.Epoch < b.snap.Epoch {
+// fleet state this breaker follows.
+//
+// A snapshot older than the one held (an eventually consistent read) only
+// updates the override, unless back says the store really went back to it
+// (two such reads in a row, or a Transition's conflict answer, which is
+// the item as it stands): then it is followed like any other.
+//
+// The fleet's closed state does not close a breaker that is open or
+// half-open on its local state machine without a probe: when this
+// environment is recovering from degraded mode, is already held, or the
+// store went back, and the fleet is closed with no override in force, the
+// breaker is held on its local state machine until its own probe succeeds
+// (see probeDoneLocked). An open or half-open fleet, or an operator's
+// override, ends the hold: the fleet state takes over.
+func (b *Breaker) adoptLocked(now time.Time, s Snapshot, back, recovering bool) {
+	local := b.state != Closed
+	if s.Epoch < b.snap.Epoch && !back {
 		b.snap.Override, b.snap.OverrideUntil = s.Override, s.OverrideUntil
+		if recovering && local {
+			b.held = true // the fleet state is not known yet: keep the local one
+		}
 		b.syncEffectiveLocked(now)
 		return
 	}
-	changed := s.Epoch != b.snap.Epoch || s.State != b.state || !s.OpenUntil.Equal(b.openUntil) || s.Reopens != b.reopens
+	known := b.snap.Epoch
+	reset := s.Epoch < known
 	b.snap = s
-	if changed {
+	overridden := s.Override != NoOverride && (s.OverrideUntil.IsZero() || now.Before(s.OverrideUntil))
+	if local && s.State == Closed && !overridden && (recovering || b.held || reset) {
+		b.held = true
+		b.syncEffectiveLocked(now)
+		return
+	}
+	b.held = false
+	if s.Epoch != known || s.State != b.state || !s.OpenUntil.Equal(b.openUntil) || s.Reopens != b.reopens {
 		b.setMachineLocked(now, s.State, s.OpenUntil, s.Reopens)
 		return
 	}
@@ -228,13 +261,29 @@ func (b *Breaker) runTransition(ctx context.Context, now time.Time, j job) error
 			res = j.next
 			res.Override, res.OverrideUntil = b.snap.Override, b.snap.OverrideUntil
 		}
-		b.adoptLocked(now, res)
+		b.lowerRead = false
+		b.adoptLocked(now, res, false, false)
 		b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano())
 	case errors.Is(err, ErrConflict):
-		if validSnapshot(res) == nil && res.Epoch > j.epoch {
-			b.adoptLocked(now, res)
+		switch {
+		case validSnapshot(res) != nil:
+			b.staleAt.Store(0) // reload at the next call
+		case res.Epoch > j.epoch:
+			// Another environment moved first.
+			b.lowerRead = false
+			b.adoptLocked(now, res, false, false)
 			b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano())
-		} else {
+		case res.Epoch < j.epoch && b.snap.Epoch == j.epoch:
+			// The item as it stands (a conditional write's answer, not an
+			// eventually consistent read) is older than the epoch this
+			// transition was decided on, and nothing newer was learnt
+			// meanwhile: the stored state went back (the item was deleted,
+			// the table recreated). Follow it, or every transition would
+			// conflict forever.
+			b.lowerRead = false
+			b.adoptLocked(now, res, true, false)
+			b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano())
+		default:
 			b.staleAt.Store(0) // reload at the next call
 		}
 	case ctx.Err() != nil:
@@ -327,6 +376,13 @@ func (b *Breaker) accountFleetLocked(now time.Time, o Outcome) job {
 		}
 	case o == Failure:
 		c := b.win.fleet(num) // includes this failure
+		if b.sent.active && b.sent.window == fw {
+			// Gathering again after a Store fault, in the same window and
+			// generation: what was handed to Report already, whatever its
+			// fate, is not sent twice.
+			c.Successes = max(c.Successes-b.sent.successes, 0)
+			c.Failures = max(c.Failures-b.sent.failures, 0)
+		}
 		b.batch = fleetBatch{window: fw, successes: c.Successes, failures: max(c.Failures, 1), active: true}
 	}
 	j := b.takeReportLocked(now, false)
@@ -338,10 +394,11 @@ func (b *Breaker) accountFleetLocked(now time.Time, o Outcome) job {
 // fleet window's remainder first, then the current window's counts, and
 // only if it holds failures. Unless force is set, at most one Report goes
 // per ReportInterval. The counts are taken out of the batch when the
-// report is decided (at most once: a report whose fate is unknown is not
-// repeated).
+// report is decided, and added to what was sent for the window (at most
+// once: a report whose fate is unknown is not repeated, nor its counts
+// gathered again).
 func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
-	if !b.sharedLocked() || b.reportBusy {
+	if !b.reportingLocked() || b.reportBusy {
 		return job{}
 	}
 	if !force && !b.lastReport.IsZero() && now.Before(b.lastReport.Add(b.s.ReportInterval)) {
@@ -357,6 +414,13 @@ func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
 		return job{}
 	}
 	j := job{op: opReport, gen: b.gen, epoch: b.snap.Epoch, now: now, window: bt.window, successes: bt.successes, failures: bt.failures}
+	if !b.sent.active || bt.window > b.sent.window {
+		b.sent = fleetBatch{window: bt.window, active: true}
+	}
+	if bt.window == b.sent.window { // an older window's remainder is never gathered again
+		b.sent.successes += bt.successes
+		b.sent.failures += bt.failures
+	}
 	bt.successes, bt.failures = 0, 0
 	b.reportBusy = true
 	b.lastReport = now
@@ -386,8 +450,12 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 	)
 	switch {
 	case err == nil:
+		// The fleet is closed as this environment knows it: it is closed
+		// here too, or held open on the local state machine (whose failed
+		// probes are reported, and count like anyone's).
+		fleetClosed := (b.sharedLocked() && b.state == Closed) || (b.held && b.snap.State == Closed)
 		ov, _ := b.overrideLocked(j.now)
-		if ov == NoOverride && b.gen == j.gen && b.sharedLocked() && b.state == Closed && b.snap.Epoch == j.epoch &&
+		if ov == NoOverride && b.gen == j.gen && fleetClosed && b.snap.Epoch == j.epoch &&
 			tally.Reporters >= b.s.MinReporters && b.ratioTrips(tally.Successes, tally.Failures) {
 			trip = job{
 				op:    opTransition,

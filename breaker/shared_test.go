@@ -438,12 +438,33 @@ func TestSharedStoreFaultFallsBackToLocal(t *testing.T) {
 		t.Fatalf("loads = %d, want 1 before CacheTTL", got)
 	}
 
-	// The store answers again: the fleet state (closed) decides.
+	// The store answers again and the fleet is closed, but this
+	// environment opened on its own: it stays open until its own probe
+	// succeeds, and never closes on the fleet's word alone.
 	store.heal()
-	if !call(t, a.Breaker, t0.Add(time.Second), breaker.Success) {
-		t.Fatal("still rejected after the store recovered")
+	_, err = a.Allow(ctx, t0.Add(time.Second))
+	if oe := mustOpenError(t, err); oe.State != breaker.Open || oe.RetryAfter != 29*time.Second {
+		t.Fatalf("after the store recovered: %+v, want still open with RetryAfter 29s", oe)
 	}
-	wantState(t, a.Breaker, t0.Add(time.Second), breaker.Closed)
+	if got := store.loads.Load(); got != 2 {
+		t.Fatalf("loads = %d, want 2: the store is read again after CacheTTL", got)
+	}
+	at := t0.Add(30 * time.Second)
+	p, err := a.Allow(ctx, at)
+	if err != nil || !p.Probe() {
+		t.Fatalf("Allow at +30s: %v, want this environment's own probe", err)
+	}
+	a.Done(ctx, at, p, breaker.Success)
+	wantState(t, a.Breaker, at, breaker.Closed)
+	if !call(t, a.Breaker, at, breaker.Success) {
+		t.Fatal("rejected after its probe succeeded")
+	}
+	if store.writes() != 0 {
+		t.Fatalf("writes = %d, want 0: a local probe is not a fleet probe", store.writes())
+	}
+	if got := a.rec.all(); len(got) != 3 || got[1].to != breaker.HalfOpen || got[2].to != breaker.Closed {
+		t.Fatalf("OnStateChange calls %+v, want closed→open→half-open→closed", got)
+	}
 }
 
 func TestSharedReportFaultTripsLocally(t *testing.T) {
