@@ -138,6 +138,10 @@ type ExhaustedError struct {
 	Attempts int
 	// Err is the partner's error from the last attempt, if known.
 	Err error
+	// Cause, if set, is why the budget refused when the reason is not its
+	// allowance: an *UnavailableError when a fleet-wide layer configured to
+	// fail closed could not reach its store.
+	Cause error
 }
 
 // Error describes the refusal and the partner's last error.
@@ -152,15 +156,23 @@ func (e *ExhaustedError) Error() string {
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
+	if e.Cause != nil {
+		msg += " (" + e.Cause.Error() + ")"
+	}
 	return msg
 }
 
-// Unwrap returns ErrExhausted and, if set, the partner's error.
+// Unwrap returns ErrExhausted and, if set, the partner's error and the
+// cause.
 func (e *ExhaustedError) Unwrap() []error {
-	if e.Err == nil {
-		return []error{ErrExhausted}
+	errs := []error{ErrExhausted}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
 	}
-	return []error{ErrExhausted, e.Err}
+	if e.Cause != nil {
+		errs = append(errs, e.Cause)
+	}
+	return errs
 }
 
 // UnavailableError is a budget whose store failed. Err is the cause.

@@ -843,7 +843,7 @@ func (g *Global) faultError(now time.Time, cause error) error {
 	g.mu.Lock()
 	until := g.faultUntil
 	g.mu.Unlock()
-	return &ExhaustedError{Budget: g.label, RetryAfter: max(until.Sub(now), 0), Err: u}
+	return &ExhaustedError{Budget: g.label, RetryAfter: max(until.Sub(now), 0), Cause: u}
 }
 
 // windowIndex is the number of the window now falls in.

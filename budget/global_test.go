@@ -592,7 +592,7 @@ func TestGlobalCutsAHangingStore(t *testing.T) {
 			[]budget.Budget{g}, func(int, error) { reported++ })
 		if failClosed {
 			var ex *budget.ExhaustedError
-			if !errors.As(err, &ex) || ex.RetryAfter <= 0 || reported != 0 {
+			if !errors.As(err, &ex) || ex.RetryAfter <= 0 || reported != 1 || !errors.Is(err, budget.ErrUnavailable) {
 				t.Fatalf("fail closed via AcquireAll: %v, reported %d", err, reported)
 			}
 		} else if err != nil || rel != nil || reported != 1 {

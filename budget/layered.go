@@ -52,8 +52,9 @@ func (l *layered) Flush(ctx context.Context) error {
 }
 
 // AcquireAll asks each budget in turn, as Layered does, and calls
-// onUnavailable (if not nil) with the index and error of every layer that
-// abstained. The retry.Executor uses it to report store faults.
+// onUnavailable (if not nil) with the index and error of every layer whose
+// store failed: those that abstained and those that refused because they
+// fail closed. The retry.Executor uses it to report store faults.
 func AcquireAll(ctx context.Context, now time.Time, kind Kind, layers []Budget, onUnavailable func(layer int, err error)) (Release, error) {
 	var (
 		single  Release
@@ -62,11 +63,15 @@ func AcquireAll(ctx context.Context, now time.Time, kind Kind, layers []Budget, 
 	for i, b := range layers {
 		rel, err := b.AcquireRetry(ctx, now, kind)
 		if err != nil {
-			if errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrExhausted) {
+			if errors.Is(err, ErrUnavailable) {
+				// A store fault is reported whether the layer abstains
+				// (fails open) or refuses (fails closed).
 				if onUnavailable != nil {
 					onUnavailable(i, err)
 				}
-				continue
+				if !errors.Is(err, ErrExhausted) {
+					continue
+				}
 			}
 			// Refused (or an error a backend should not return): give back
 			// what the earlier layers granted.

@@ -356,8 +356,9 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 }
 
 // loop is the retry loop, shared by every entry point: breaker gate →
-// attempt → breaker outcome → classification → attempts left? → delay and
-// deadline check → budgets → wait → next attempt. It is not generic, so
+// attempt → classification → breaker outcome (decided by the verdict) →
+// attempts left? → delay and deadline check → budgets → wait → next
+// attempt. It is not generic, so
 // that Executor.Do calls op directly; run wraps it for values.
 func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, int) error) error {
 	if err := ctx.Err(); err != nil {
@@ -617,6 +618,7 @@ func (e *Executor) exhausted(ctx context.Context, attempts int, partnerErr, refu
 	if errors.As(refusal, &layer) {
 		ex.Budget = layer.Budget
 		ex.RetryAfter = layer.RetryAfter
+		ex.Cause = layer.Cause // e.g. the store fault of a layer that fails closed
 	}
 	if ex.RetryAfter <= 0 {
 		ex.RetryAfter = wait

@@ -162,7 +162,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if held := rt.held; held != nil {
 		rt.held = nil
-		if gu, ok := err.(*GiveUpError); ok {
+		var gu *GiveUpError
+		if errors.As(err, &gu) {
 			switch gu.Reason {
 			case NotRetryable, AttemptsExhausted, DeadlineTooClose, RetryAfterTooLong:
 				return held, nil // the partner's answer, unchanged

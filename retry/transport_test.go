@@ -347,6 +347,32 @@ func TestTransportHostileRetryAfterAgainstDeadline(t *testing.T) {
 	}
 }
 
+// A Retry-After the executor would honour (10 s is under MaxRetryAfter) but
+// that does not fit the caller's 5 s deadline ends the call at once with the
+// partner's answer, without sleeping: the deadline check, not the
+// MaxRetryAfter cap, decides.
+func TestTransportRetryAfterPastDeadline(t *testing.T) {
+	p := newPartner(t, failFirst(10, 503, "Retry-After", "10"))
+	clk := newFakeClock()
+	var gaveUp []retry.GiveUpEvent
+	c := newClient(t, retry.Config{Clock: clk, OnGiveUp: func(ev retry.GiveUpEvent) { gaveUp = append(gaveUp, ev) }},
+		retry.TransportOptions{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL, nil)
+	resp, err := c.Do(req)
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("Do = %v, %v; want the 503 at once", resp, err)
+	}
+	readAll(t, resp)
+	if len(p.seen()) != 1 || len(clk.Sleeps()) != 0 {
+		t.Errorf("%d requests, sleeps %v; want 1 request and no wait", len(p.seen()), clk.Sleeps())
+	}
+	if len(gaveUp) != 1 || gaveUp[0].Reason != retry.DeadlineTooClose {
+		t.Errorf("give-ups %+v; want one with Reason DeadlineTooClose", gaveUp)
+	}
+}
+
 // hangUp closes the connection after reading the request: the partner may
 // have acted on it, but no response comes.
 func hangUp(_ int, w http.ResponseWriter, _ *http.Request) {
