@@ -127,7 +127,9 @@
 //
 // Writing the override item forces a breaker in every environment within
 // about one CacheTTL (1 s by default). For the breaker "payments" in the
-// table "herdguard":
+// table "herdguard" (a stack deployed from template.yaml has a generated
+// table name: take it from the stack's TableName output), with an
+// operator's credentials (the function's role may not write override items):
 //
 //	# force open: every call is rejected, probes included
 //	aws dynamodb put-item --table-name herdguard --item '{"pk":{"S":"c#payments#override"},"override":{"S":"force-open"}}'

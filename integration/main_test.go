@@ -52,7 +52,8 @@ var dynamoEndpoint string
 
 // TestMain starts one DynamoDB Local for the whole test binary (fewer
 // containers coming and going means fewer chances for the network stalls
-// described in DEVELOPERS.md), runs the tests and removes the container.
+// that a bridge whose MAC changes causes: see .ci/lib/podman.sh), runs the
+// tests and removes the container.
 //
 // If DynamoDB Local cannot be started the binary exits 1: the integration
 // tests fail, they never skip, so that a CI without a working container engine

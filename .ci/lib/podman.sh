@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Rootful Podman serving the Docker API, for machines that have a docker client
-# but no engine and no registry (see DEVELOPERS.md and
-# shared/notes/container-engine.md for why each setting is needed).
+# but no engine and no registry (README.md, "Testing", says what it sets up;
+# the comments below say why each setting is needed).
 # Sourced by .ci/test after common.sh. Functions only; nothing runs on source.
 
 HERDGUARD_PODMAN_SOCKET=${HERDGUARD_PODMAN_SOCKET:-/run/podman/podman.sock}
@@ -12,8 +12,9 @@ readonly HERDGUARD_CONF_MARKER='# managed by herdguard .ci/lib/podman.sh'
 # podman_install installs podman, runc and debootstrap from Debian's archive
 # unless all three are already there.
 podman_install() {
-	if command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null; then
-		ci_log "podman $(podman --version | awk '{print $3}'), runc and debootstrap already installed"
+	if command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null &&
+		command -v curl >/dev/null && command -v ip >/dev/null; then
+		ci_log "podman $(podman --version | awk '{print $3}'), runc, debootstrap, curl and ip already installed"
 		return 0
 	fi
 	ci_require_root "installing podman"
@@ -25,9 +26,9 @@ podman_install() {
 		tail -n 30 "$log" >&2
 		ci_die "apt-get update failed (is Debian's archive reachable?); log: $log"
 	fi
-	if ! timeout 900 apt-get install -y podman runc debootstrap >>"$log" 2>&1 </dev/null; then
+	if ! timeout 900 apt-get install -y podman runc debootstrap curl iproute2 >>"$log" 2>&1 </dev/null; then
 		tail -n 30 "$log" >&2
-		ci_die "apt-get install podman runc debootstrap failed; log: $log"
+		ci_die "apt-get install podman runc debootstrap curl iproute2 failed; log: $log"
 	fi
 	rm -f "$log"
 	ci_log "installed $(podman --version), runc $(runc --version | awk 'NR==1 {print $3}')"
