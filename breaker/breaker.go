@@ -112,17 +112,73 @@ type Breaker struct {
 	// lowerRead: the latest Load returned an epoch below snap's. One such
 	// read may be eventually consistent; two in a row are the store's
 	// state (it went back: the item was lost).
-	lowerRead        bool
-	halfOpenBusy     bool      // an Open→HalfOpen transition is in flight
-	probeDeniedUntil time.Time // do not ask for a probe slot before this
-	batch            fleetBatch
-	prev             fleetBatch // the previous fleet window's unreported remainder
+	lowerRead bool
+	// loadedAt is when the fleet state was last read from the Store (or
+	// answered by a Transition): a fleet write decided at or after the
+	// time in sched is decided on a state read at or after it.
+	loadedAt time.Time
+	// rawOpenUntil is the OpenUntil of the snapshot the state machine was
+	// last set from, before clampOpenUntil, so that reading the same
+	// snapshot again is recognised as no change.
+	rawOpenUntil time.Time
+	armBusy      bool          // a transition into a new half-open epoch is in flight
+	sched        fleetSchedule // this environment's next fleet write while the fleet is open or half-open
+	// pendingArm is a transition into a half-open epoch whose fate is
+	// unknown (a fault or the caller's end cut it): if the state read
+	// later is that epoch, with that start, this environment armed it.
+	pendingArm pendingArm
+	batch      fleetBatch
+	prev       fleetBatch // the previous fleet window's unreported remainder
 	// sent is what was handed to Report for the latest fleet window in
 	// this generation, whatever the Report's fate: a batch re-derived from
 	// the rolling window (after a Store fault) leaves it out.
 	sent       fleetBatch
 	reportBusy bool // a Report is in flight
 	lastReport time.Time
+	// tallies are the latest fleet totals Report answered, for the two
+	// latest fleet windows this environment reported into: the fleet's
+	// failure ratio is estimated over a sliding window from them.
+	tallies [2]seenTally
+}
+
+// fleetSchedule is, for one open or half-open fleet epoch, when this
+// environment makes its next fleet write. Every environment waits its own
+// delay (drawn once per epoch, in [0, CacheTTL)) past the time the epoch
+// calls for a write, and reads the fleet state again before writing, so
+// that the first environment's write is seen by the others instead of
+// being repeated by all of them at the same instant.
+type fleetSchedule struct {
+	set   bool
+	epoch uint64 // the fleet epoch it is for
+	delay time.Duration
+	// writeAt is, for an open epoch, when to move the fleet to half-open;
+	// for a half-open epoch, when its probes are presumed lost (their
+	// leases have lapsed) and the fleet is moved to a new half-open epoch.
+	writeAt time.Time
+	// armed: this environment moved the fleet into this half-open epoch;
+	// it is the one that asks for the epoch's probe slots, from askAt
+	// until askUntil (2 × CacheTTL after the epoch began), and until one
+	// is refused. Every lease of the epoch has lapsed ProbeLease after
+	// askUntil, before any environment moves the fleet to a new epoch.
+	armed    bool
+	askAt    time.Time
+	askUntil time.Time
+	// faults counts the Store faults in a row of this environment's
+	// writes in the epoch: each one doubles the wait before the next.
+	faults int
+}
+
+type pendingArm struct {
+	epoch   uint64
+	sinceMs int64 // the half-open epoch's start, Unix ms (as stores keep it)
+}
+
+// seenTally is a fleet window's totals as a Report answered them.
+type seenTally struct {
+	ok     bool
+	window int64  // first slot number of the fleet window
+	epoch  uint64 // the fleet epoch the Report was decided in
+	t      Tally
 }
 
 // fleetBatch is this environment's not yet reported counts for one fleet
@@ -176,8 +232,8 @@ func (b *Breaker) Name() string { return b.name }
 // In shared mode Allow may call the Store, each call bounded by
 // StoreTimeout and ctx: to reload a stale fleet state (one caller per
 // CacheTTL; the others use the stale state meanwhile), or, once the open
-// duration has passed, to move the fleet to half-open and take a probe
-// slot.
+// duration and this environment's delay past it have passed, to read the
+// state again, move the fleet to half-open and take a probe slot.
 func (b *Breaker) Allow(ctx context.Context, now time.Time) (Permit, error) {
 	w := b.word.Load()
 	if w&flagSlowAllow == 0 {
@@ -229,7 +285,7 @@ func (b *Breaker) State(now time.Time) State {
 	b.advanceLocked(now)
 	b.syncEffectiveLocked(now)
 	st := b.effectiveLocked(now)
-	if ov, _ := b.overrideLocked(now); ov == NoOverride && st == Open && !now.Before(b.openUntil) {
+	if ov, _ := b.overrideLocked(now); ov == NoOverride && st == Open && !now.Before(b.probeTimeLocked(now)) {
 		st = HalfOpen // shared: the fleet moves on at the next Allow
 	}
 	evs := b.takeEventsLocked()
@@ -282,6 +338,7 @@ func (b *Breaker) Reset() {
 	b.snap = Snapshot{}
 	b.degraded, b.held, b.lowerRead = false, false, false
 	b.lastReport = time.Time{}
+	b.loadedAt, b.sched, b.pendingArm, b.tallies = time.Time{}, fleetSchedule{}, pendingArm{}, [2]seenTally{}
 	b.newGenerationLocked()
 	b.announceLocked(b.lastNow, before)
 	b.publishLocked(b.lastNow)
@@ -310,24 +367,28 @@ type decision struct {
 	io     allowIO
 	gen    uint64
 	epoch  uint64
-	next   Snapshot // ioHalfOpen
+	from   State    // ioArm: the state the transition leaves
+	next   Snapshot // ioArm
 	slot   int      // ioProbe: the local probe slot reserved
 }
 
 type allowIO uint8
 
 const (
-	ioNone     allowIO = iota
-	ioHalfOpen         // move the fleet from Open to HalfOpen
-	ioProbe            // take a fleet probe slot
+	ioNone   allowIO = iota
+	ioArm            // move the fleet into a new half-open epoch (from Open, or from a half-open epoch whose probes are lost)
+	ioProbe          // take a fleet probe slot
+	ioReload         // read the fleet state before deciding (err is the answer if that cannot be done)
 )
 
 func (b *Breaker) allowSlow(ctx context.Context, now time.Time) (Permit, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	reloaded := false
 	if b.store != nil && now.UnixNano() >= b.staleAt.Load() {
 		b.refresh(ctx, now)
+		reloaded = true
 	}
 	for round := 0; ; round++ {
 		b.mu.Lock()
@@ -347,15 +408,22 @@ func (b *Breaker) allowSlow(ctx context.Context, now time.Time) (Permit, error) 
 		switch d.io {
 		case ioNone:
 			return d.permit, d.err
-		case ioHalfOpen:
-			_ = b.runTransition(ctx, now, job{op: opTransition, gen: d.gen, from: Open, epoch: d.epoch, next: d.next, clearBusy: true})
-			if ctx.Err() != nil { // the caller cannot wait for a probe slot
+		case ioArm:
+			if err := b.runTransition(ctx, now, job{op: opTransition, gen: d.gen, from: d.from, epoch: d.epoch, next: d.next, arm: true}); err != nil || ctx.Err() != nil {
+				// A Store fault (the fleet stays open: see runTransition),
+				// or a caller who cannot wait for a probe slot.
 				return Permit{}, b.openError(HalfOpen, b.s.CacheTTL, false)
 			}
 		case ioProbe:
 			if p, done, err := b.acquireProbe(ctx, now, d); done {
 				return p, err
 			}
+		case ioReload:
+			if reloaded { // another caller's read is in flight, or this caller cannot wait for one
+				return Permit{}, d.err
+			}
+			b.refresh(ctx, now)
+			reloaded = true
 		}
 	}
 }
@@ -380,40 +448,204 @@ func (b *Breaker) decideLocked(now time.Time) decision {
 	case Closed:
 		return b.admitLocked(now)
 	case Open:
-		if now.Before(b.openUntil) {
-			return decision{err: b.openError(Open, b.openUntil.Sub(now), false)}
+		if b.sharedLocked() {
+			return b.decideFleetLocked(now)
 		}
-		// Only a shared breaker gets here: advanceLocked moved a local one
-		// to HalfOpen already.
-		if b.halfOpenBusy {
-			return decision{err: b.openError(HalfOpen, b.s.CacheTTL, false)}
-		}
-		b.halfOpenBusy = true
-		return decision{
-			io:    ioHalfOpen,
-			gen:   b.gen,
-			epoch: b.snap.Epoch,
-			next:  Snapshot{State: HalfOpen, Epoch: b.snap.Epoch + 1, OpenUntil: b.openUntil, Reopens: b.reopens},
-		}
+		// On the local state machine advanceLocked moved it to HalfOpen
+		// once openUntil passed.
+		return decision{err: b.openError(Open, b.openUntil.Sub(now), false)}
 	default: // HalfOpen
-		shared := b.sharedLocked()
-		if shared && now.Before(b.probeDeniedUntil) {
-			return decision{err: b.openError(HalfOpen, b.probeDeniedUntil.Sub(now), false)}
+		if b.sharedLocked() {
+			return b.decideFleetLocked(now)
 		}
 		i, wait := b.freeProbeLocked(now)
 		if i < 0 {
-			if shared {
-				wait = min(wait, b.s.CacheTTL) // this environment's probe is out; its result reaches the fleet within CacheTTL
-			}
 			return decision{err: b.openError(HalfOpen, wait, false)}
 		}
 		b.probes[i] = now.Add(b.s.ProbeLease)
-		if !shared {
-			b.win.addRequest(now.UnixNano())
-			return decision{permit: Permit{gen: b.gen, start: now, slot: int32(i), kind: permitProbe}}
-		}
-		return decision{io: ioProbe, gen: b.gen, epoch: b.snap.Epoch, slot: i}
+		b.win.addRequest(now.UnixNano())
+		return decision{permit: Permit{gen: b.gen, start: now, slot: int32(i), kind: permitProbe}}
 	}
+}
+
+// decideFleetLocked decides a call while the fleet is open or half-open:
+// it rejects it, or names the fleet write that may admit it as a probe.
+//
+// Each environment makes the fleet's next move at its own time, the
+// schedule's writeAt (see fleetSchedule), and only on a fleet state read at
+// or after that time: when it is due and the state in hand is older, the
+// call is rejected while the state is read again (by this call's refresh
+// in allowSlow, or a concurrent one's).
+//
+//   - Open: once writeAt has passed, move the fleet to a new half-open
+//     epoch (ioArm). The environment that succeeds arms the epoch.
+//   - HalfOpen: the environment that armed the epoch asks for its probe
+//     slots (ioProbe), each call while a local slot is free, during the
+//     epoch's first 2 × CacheTTL and until one is refused; the others do
+//     not ask at all. Once writeAt has passed (every lease of the epoch has
+//     lapsed: its probes are presumed lost), any environment moves the
+//     fleet to a new half-open epoch, whose probe slots are all free, and
+//     arms it.
+func (b *Breaker) decideFleetLocked(now time.Time) decision {
+	sc := b.scheduleLocked(now)
+	if !now.Before(sc.writeAt) {
+		if b.armBusy {
+			return decision{err: b.openError(HalfOpen, b.s.CacheTTL, false)}
+		}
+		if b.loadedAt.Before(sc.writeAt) {
+			if at := sc.writeAt.UnixNano(); at < b.staleAt.Load() {
+				b.staleAt.Store(at)
+			}
+			return decision{io: ioReload, err: b.openError(HalfOpen, b.s.CacheTTL, false)}
+		}
+		b.armBusy = true
+		return decision{
+			io:    ioArm,
+			gen:   b.gen,
+			epoch: b.snap.Epoch,
+			from:  b.state,
+			// A half-open epoch's OpenUntil is when it began.
+			next: Snapshot{State: HalfOpen, Epoch: b.snap.Epoch + 1, OpenUntil: now, Reopens: b.reopens},
+		}
+	}
+	if b.state == Open {
+		return decision{err: b.openError(Open, sc.writeAt.Sub(now), false)}
+	}
+	// Half-open: the probe's result reaches this environment within
+	// CacheTTL of its Done.
+	hint := min(sc.writeAt.Sub(now), b.s.CacheTTL)
+	if !sc.armed || !now.Before(sc.askUntil) {
+		return decision{err: b.openError(HalfOpen, hint, false)}
+	}
+	if now.Before(sc.askAt) {
+		return decision{err: b.openError(HalfOpen, min(sc.askAt.Sub(now), hint), false)}
+	}
+	i, wait := b.freeProbeLocked(now)
+	if i < 0 {
+		return decision{err: b.openError(HalfOpen, min(wait, hint), false)}
+	}
+	b.probes[i] = now.Add(b.s.ProbeLease)
+	return decision{io: ioProbe, gen: b.gen, epoch: b.snap.Epoch, slot: i}
+}
+
+// scheduleLocked returns this environment's schedule for the current
+// fleet epoch (open or half-open), drawing it when the epoch is new to it.
+// now is when the environment learnt the epoch.
+func (b *Breaker) scheduleLocked(now time.Time) *fleetSchedule {
+	sc := &b.sched
+	if sc.set && sc.epoch == b.snap.Epoch {
+		return sc
+	}
+	*sc = fleetSchedule{set: true, epoch: b.snap.Epoch, delay: b.spreadLocked()}
+	var due time.Time
+	if b.state == Open {
+		due = b.openUntil // clamped when it was read
+	} else {
+		since := b.snap.OpenUntil // a half-open epoch's start
+		if since.IsZero() || since.After(now) {
+			since = now
+		}
+		sc.askUntil = since.Add(2 * b.s.CacheTTL)
+		due = sc.askUntil.Add(b.s.ProbeLease)
+		if p := b.pendingArm; p.epoch == b.snap.Epoch && p.sinceMs == b.snap.OpenUntil.UnixMilli() {
+			sc.armed = true // this environment's transition went through after all
+		}
+	}
+	b.pendingArm = pendingArm{}
+	sc.writeAt = later(due, now).Add(sc.delay)
+	return sc
+}
+
+// rebaseScheduleLocked, after a Load at now, postpones a fleet write whose
+// time passed while this environment did not read the state (it had no
+// calls, or a Lambda environment was frozen) by the epoch's delay from
+// now: environments that come back together spread their writes as they
+// would have at writeAt.
+func (b *Breaker) rebaseScheduleLocked(now, loadedBefore time.Time) {
+	sc := &b.sched
+	if !b.sharedLocked() || (b.state != Open && b.state != HalfOpen) || !sc.set || sc.epoch != b.snap.Epoch {
+		return
+	}
+	if loadedBefore.Before(sc.writeAt) && now.Sub(sc.writeAt) >= b.s.CacheTTL {
+		sc.writeAt = now.Add(sc.delay)
+	}
+}
+
+// probeTimeLocked returns when this environment's next probe may go, for
+// an open breaker: the end of the open duration, and in shared mode the
+// schedule's writeAt.
+func (b *Breaker) probeTimeLocked(now time.Time) time.Time {
+	if b.sharedLocked() && b.state == Open {
+		return b.scheduleLocked(now).writeAt
+	}
+	return b.openUntil
+}
+
+// faultBackoffLocked returns how long to wait before the next fleet write
+// of the epoch after a Store fault: CacheTTL, doubled with every fault in
+// a row, at most ProbeLease (or CacheTTL if that is longer). An item that
+// is being throttled is not written at the same rate again.
+func (b *Breaker) faultBackoffLocked(sc *fleetSchedule) time.Duration {
+	sc.faults++
+	d := b.s.CacheTTL
+	for i := 1; i < sc.faults && d < b.s.ProbeLease; i++ {
+		d *= 2
+	}
+	return min(d, max(b.s.ProbeLease, b.s.CacheTTL))
+}
+
+// spreadLocked draws a delay in [0, CacheTTL) with Rand.
+func (b *Breaker) spreadLocked() time.Duration {
+	d := time.Duration(b.randLocked() * float64(b.s.CacheTTL))
+	return min(max(d, 0), b.s.CacheTTL-1)
+}
+
+// randLocked returns Rand's next value, clamped to [0, 1].
+func (b *Breaker) randLocked() float64 {
+	r := b.rand()
+	switch {
+	case !(r >= 0): // negative or NaN
+		return 0
+	case r > 1:
+		return 1
+	}
+	return r
+}
+
+// freshUntilLocked returns, in Unix nanoseconds, until when the fleet
+// state read (or written) at now is trusted: CacheTTL, or less when this
+// environment's next fleet write is due sooner (it reads the state again
+// before making it).
+func (b *Breaker) freshUntilLocked(now time.Time) int64 {
+	t := now.Add(b.s.CacheTTL)
+	if b.sharedLocked() && (b.state == Open || b.state == HalfOpen) {
+		if w := b.scheduleLocked(now).writeAt; now.Before(w) && w.Before(t) {
+			t = w
+		}
+	}
+	return t.UnixNano()
+}
+
+// clampOpenUntil bounds the open period a snapshot read at now may
+// impose: an OpenUntil further than MaxOpenDuration × (1 + Jitter) from now
+// (a clock far ahead, a bug, a hand-edited item) is read as now +
+// MaxOpenDuration, the longest this breaker would ever open for itself.
+func (b *Breaker) clampOpenUntil(now time.Time, s Snapshot) time.Time {
+	if s.State != Open {
+		return s.OpenUntil
+	}
+	longest := float64(b.s.MaxOpenDuration) * (1 + max(b.s.Jitter, 0))
+	if longest < math.MaxInt64 && s.OpenUntil.Sub(now) > time.Duration(longest) {
+		return now.Add(b.s.MaxOpenDuration)
+	}
+	return s.OpenUntil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (b *Breaker) admitLocked(now time.Time) decision {
@@ -518,7 +750,7 @@ func (b *Breaker) probeDoneLocked(now time.Time, p Permit, o Outcome) job {
 		return job{}
 	}
 	b.batch = fleetBatch{window: b.win.fleetStart(b.win.number(now.UnixNano())), failures: 1, active: true}
-	return b.takeReportLocked(now, true)
+	return b.takeReportLocked(now, true, true) // at once: probes are an open duration apart
 }
 
 // callDoneLocked handles a counted outcome of an ordinary call that could
@@ -569,14 +801,7 @@ func (b *Breaker) openDurationLocked(reopens int) time.Duration {
 	d := float64(b.s.OpenDuration) * math.Pow(openGrowth, float64(min(max(reopens, 0), 64)))
 	d = min(d, float64(b.s.MaxOpenDuration))
 	if b.s.Jitter > 0 {
-		r := b.rand()
-		switch {
-		case !(r >= 0): // negative or NaN
-			r = 0
-		case r > 1:
-			r = 1
-		}
-		d *= 1 + b.s.Jitter*(2*r-1)
+		d *= 1 + b.s.Jitter*(2*b.randLocked()-1)
 	}
 	if d >= math.MaxInt64 {
 		return math.MaxInt64
@@ -589,6 +814,7 @@ func (b *Breaker) openDurationLocked(reopens int) time.Duration {
 func (b *Breaker) setMachineLocked(now time.Time, st State, openUntil time.Time, reopens int) {
 	before := b.Counts()
 	b.state, b.openUntil, b.reopens = st, openUntil, max(reopens, 0)
+	b.rawOpenUntil = openUntil
 	b.newGenerationLocked()
 	b.announceLocked(now, before)
 	b.publishLocked(now)
@@ -601,7 +827,6 @@ func (b *Breaker) newGenerationLocked() {
 	b.consecFail.Store(0)
 	clear(b.probes)
 	b.batch, b.prev, b.sent = fleetBatch{}, fleetBatch{}, fleetBatch{}
-	b.probeDeniedUntil = time.Time{}
 }
 
 // advanceLocked moves a local (or degraded) open breaker whose open

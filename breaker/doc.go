@@ -65,19 +65,49 @@
 //   - counts outcomes locally, always, and while this environment sees
 //     failures, reports its successes and failures for the current fleet
 //     window (windows of length Window aligned to the Unix epoch, so every
-//     environment uses the same keys) at most once per ReportInterval (1 s)
-//     and on Flush (and at each failed local probe while held, see below);
-//     a window without failures is never reported;
-//   - trips the fleet (Closed→Open) only when the window's totals returned
-//     by Store.Report reach FailureRatio of at least MinRequests calls AND
-//     come from at least MinReporters (2) environments: one sick
-//     environment cannot open the breaker for everyone;
-//   - once the open duration has passed, moves the fleet to half-open
-//     (Open→HalfOpen) and asks for one of HalfOpenProbes fleet-wide probe
-//     slots (Store.AcquireProbe, a lease of ProbeLease); an environment
-//     refused a slot does not ask again for CacheTTL. The probe's outcome
+//     environment uses the same keys): at its first failure in a window,
+//     then at most once per ReportInterval (1 s); what it gathered for a
+//     window that has ended (the remainder) goes with its next report, or
+//     with Flush; a window without failures is never reported (and each
+//     failed local probe while held is, see below);
+//   - sends on Flush only what is due: the remainder of an ended window,
+//     whatever ReportInterval says, and the current window's counts if
+//     its last report is at least ReportInterval old (as of the latest time
+//     it has seen). A Lambda handler that calls Flush after every
+//     invocation reports at the pace of an environment that never calls
+//     it; Flush only makes sure that what is due goes before the
+//     environment may be frozen;
+//   - trips the fleet (Closed→Open) on a sliding-window estimate of the
+//     fleet's failure ratio, made from the totals its Reports returned:
+//     at a fraction f of fleet window w, the totals last seen for w−1
+//     count for (1 − f) and those of w fully (those of w alone when it saw
+//     none of w−1 in the current fleet epoch). The estimate trips when it
+//     holds at least MinRequests (20) calls, at least FailureRatio of them
+//     failures, reported by at least MinReporters (2) environments (the
+//     larger count of the two windows): one sick environment cannot open
+//     the breaker for everyone, and early in a window, when only the
+//     environments that failed first have reported a few calls, the
+//     previous window's totals outweigh them;
+//   - moves the fleet to half-open without a stampede: it waits its own
+//     delay past OpenUntil (drawn with Rand in [0, CacheTTL), once per
+//     epoch; counted from when it learnt of the epoch or came back after
+//     sitting idle past it, if later), reads the state again, and only if
+//     the fleet is still open makes the Open→HalfOpen transition, which
+//     records when the half-open epoch began (as its OpenUntil). Across the
+//     fleet the first environment's transition is read by the others
+//     instead of being repeated. The environment that made it arms the
+//     epoch: it alone asks for the epoch's probe slots (Store.AcquireProbe,
+//     leases of ProbeLease), during the epoch's first 2 × CacheTTL and
+//     until one is refused; the others ask for none. The probe's outcome
 //     closes (HalfOpen→Closed, Reopens reset) or re-opens (HalfOpen→Open,
-//     Reopens+1, doubled duration) the fleet;
+//     Reopens+1, doubled duration) the fleet. If the epoch is still
+//     half-open once every lease it gave has lapsed (2 × CacheTTL +
+//     ProbeLease after it began: its probes were lost), the environments
+//     move the fleet to a new half-open epoch the same way (own delay,
+//     read, one conditional write), and the one that succeeds arms it;
+//   - reads an OpenUntil further than MaxOpenDuration × (1 + Jitter) from
+//     now (a bug, a clock far ahead, a hand-edited item) as now +
+//     MaxOpenDuration, the longest it would open for itself;
 //   - honours an operator override read from the Store (force-open,
 //     force-closed, disabled, optionally until a time): it beats the
 //     state machine, and this process's own overrides beat it.
@@ -85,26 +115,52 @@
 // What the fleet is guaranteed, with every environment's clock and Store
 // answers in order: an open breaker rejects first attempts in every
 // environment within CacheTTL of the trip (a new environment at its first
-// call); at most HalfOpenProbes probes are in flight fleet-wide per
-// half-open epoch (a probe lost with its environment frees its slot when
-// its lease lapses); a close reaches every environment within CacheTTL;
-// no single environment's failures open the fleet unless MinReporters is
-// 1. Fleet windows are fixed, not rolling: counts reported before a close
-// still count in the window that holds the close, so keep OpenDuration ×
-// (1 − Jitter) at least Window (the defaults do) if a fresh close must not
-// re-trip on old counts.
+// call); the first probe goes within CacheTTL after OpenUntil (or at the
+// first call of any environment after that); at most HalfOpenProbes probes
+// are in flight fleet-wide per half-open epoch, and when an epoch's probes
+// are lost (with their environment, say) the next epoch begins only once
+// all their leases have lapsed; a close reaches every environment within
+// CacheTTL; no single environment's failures open the fleet unless
+// MinReporters is 1. Totals seen in an earlier fleet epoch never enter an
+// estimate, but a window's item holds every count reported into it: counts
+// reported before a close still count in the window that holds the close,
+// so keep OpenDuration × (1 − Jitter) at least Window (the defaults do) if
+// a fresh close must not re-trip on old counts.
+//
+// The sliding estimate needs the previous window's totals. In the first
+// window in which an environment sees failures (the start of an outage
+// or brownout) it has none, and estimates from that window alone, as fixed
+// windows did: early in it only the environments that have already failed
+// have reported, their few calls over-represent failures, and a fleet
+// failing somewhat below FailureRatio can trip there. From the second
+// window of a brownout on, it cannot (a fleet failing 45% of its calls
+// does not trip at the 50% default, window after window).
 //
 // What it costs, per environment: healthy (closed, no failures) at most
 // one Load per CacheTTL and no writes, whatever the call rate. During an
-// outage, at most one Report per ReportInterval while the environment
-// sees failures; one Transition per trip or probe result (plus a losing,
-// conflicting one per environment that raced); while half-open, one
-// Transition attempt and one AcquireProbe per environment when the open
-// duration ends, then at most one AcquireProbe per CacheTTL; while open,
-// one Load per CacheTTL; held on its local state machine (see below), one
-// Load per CacheTTL and one Report per failed probe. With package dynamo's
-// Store, a Load is one eventually consistent read request (the state and
-// the override item) and every other call one conditional write.
+// outage, at most one Report of the current window per ReportInterval
+// while the environment sees failures, plus one remainder per fleet
+// window, Flush included; one Transition per trip or probe result (plus a
+// losing, conflicting one per environment that raced); while open, one
+// Load per CacheTTL, and one more when the open duration ends. For the
+// whole fleet, the end of an open period costs one Open→HalfOpen
+// Transition and at most HalfOpenProbes AcquireProbe calls, plus a
+// conflicting Transition for each environment whose read raced with the
+// winner's write (its delay fell within a Load's staleness of the
+// winner's); a half-open epoch whose probes were lost, the same again per
+// 2 × CacheTTL + ProbeLease. Held on its local state machine (see below),
+// an environment makes one Load per CacheTTL and one Report per failed
+// probe. With package dynamo's Store, a Load is one eventually consistent
+// read request (the state and the override item), an AcquireProbe one
+// conditional write per slot tried (all HalfOpenProbes slots when it is
+// refused), and every other call one conditional write.
+//
+// An Excluded probe (its caller canceled, say) keeps its fleet slot until
+// its lease lapses: the Store contract has no release. The arming
+// environment's next call asks for a slot again and is refused if every
+// slot is leased; with HalfOpenProbes 1 the fleet then waits for the next
+// half-open epoch (2 × CacheTTL + ProbeLease after this one began) for a
+// probe.
 //
 // Counts reported to a fleet window are never sent twice by the Breaker:
 // what it hands to Report is remembered for the window (in the current
@@ -125,16 +181,34 @@
 // StoreTimeout or ctx's deadline even if the Store ignores its context,
 // and a panicking Store is recovered. A fault (an error that is neither
 // ErrConflict nor ErrProbeDenied, a timeout, a malformed snapshot) is
-// reported to OnStoreError and switches the Breaker to degraded mode: its
-// local state machine, starting from the last fleet state it knew, decides
-// alone, exactly as an in-memory breaker would: it trips on this
-// environment's own counts (ratio, minimum throughput, consecutive
-// failures), opens, probes locally and closes. A transition the fault
-// interrupted is applied locally. In degraded mode the Breaker writes
-// nothing and tries one Load per CacheTTL. The last override read from the
-// Store is still honoured. A caller whose own context ends during a Store
-// call is not a Store fault: the call is abandoned and retried by a later
-// caller.
+// reported to OnStoreError and, with the exception below, switches the
+// Breaker to degraded mode: its local state machine, starting from the
+// last fleet state it knew, decides alone, exactly as an in-memory breaker
+// would: it trips on this environment's own counts (ratio, minimum
+// throughput, consecutive failures), opens, probes locally and closes. A
+// transition the fault interrupted is applied locally. In degraded mode
+// the Breaker writes nothing and tries one Load per CacheTTL. The last
+// override read from the Store is still honoured. A caller whose own
+// context ends during a Store call is not a Store fault: the call is
+// abandoned and retried by a later caller.
+//
+// The exception: a fault of the move to half-open (Open→HalfOpen, or to a
+// new half-open epoch) or of AcquireProbe. The environment makes these
+// writes only on a fleet state it has just read (the fleet is open or
+// half-open), and at the end of an open period a Store that throttles one
+// would fault many environments at once: on their local state machines
+// each would admit a probe of its own, and HalfOpenProbes would mean
+// nothing. So the environment stays on the fleet state: it rejects the
+// call (the fleet is open), reports the fault, and tries again, reading
+// the state first, CacheTTL later, the wait doubling with every fault in a
+// row up to ProbeLease. A transition whose answer was lost may have been
+// applied: if the state read later is the epoch it wrote (same start),
+// the environment knows it armed it, and takes its probes. Degraded mode
+// is for a Store that cannot be read: only a failed Load, or a fault of
+// the transition that records a probe's result, sends an environment that
+// knows the fleet is open or half-open to its local state machine, whose
+// open period then ends, and whose probe goes, on this environment's own
+// clock.
 //
 // The first Load that succeeds ends degraded mode, and the fleet state
 // decides again, with one exception: a breaker never goes from open to
@@ -147,12 +221,16 @@
 // for the doubled duration. Meanwhile it reads the fleet state once per
 // CacheTTL and reports each failed probe to the fleet window, so that the
 // fleet trips if MinReporters environments see the outage (such a Report
-// trips the fleet like anyone's when the window's totals call for it); it
+// trips the fleet like anyone's when the fleet's counts call for it); it
 // never writes Open to the fleet on its own. As soon as the fleet is open
-// or half-open,
-// or an operator's override is in force, the fleet state takes over.
-// (Closing every environment that tripped alone when the Store returns
-// would send them all at once to a partner that may still be failing.)
+// or half-open, or an operator's override is in force, the fleet state
+// takes over: a held environment then follows the fleet's schedule like
+// any other (its own delay past the fleet's OpenUntil, its local probe
+// dropped). (Closing every environment that tripped alone when the Store
+// returns would send them all at once to a partner that may still be
+// failing.) The two faults of the exception above never start a hold, since
+// the environment never leaves the fleet state; a held environment makes
+// neither write (its probes are local).
 //
 // # When the stored state goes back
 //

@@ -83,29 +83,38 @@ func Example_fleet() {
 		return b
 	}
 	a, b, c := env("env-a"), env("env-b"), env("env-c")
-	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	fail := func(e *breaker.Breaker, n int) {
-		for range n {
-			if p, err := e.Allow(ctx, now); err == nil {
-				e.Done(ctx, now, p, breaker.Failure)
+	start := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	// invoke is one Lambda invocation at `at` whose calls all fail. An
+	// environment reports its counts at its first failure, then at most
+	// once per ReportInterval (1 s); the handler's Flush sends what is due.
+	invoke := func(e *breaker.Breaker, at time.Time, calls int) {
+		for range calls {
+			if p, err := e.Allow(ctx, at); err == nil {
+				e.Done(ctx, at, p, breaker.Failure)
 			}
 		}
-		_ = e.Flush(ctx) // report now (a Lambda handler does this before returning)
+		_ = e.Flush(ctx) // before returning: the environment may be frozen
 	}
 
-	fail(a, 30)
-	fmt.Println("after env-a alone:", a.State(now))
-	fail(b, 1)
-	fmt.Println("after env-b too:  ", b.State(now))
+	invoke(a, start, 30)                 // the first failure is reported
+	invoke(a, start.Add(time.Second), 1) // a second later, the other 30
+	fmt.Println("after env-a alone:", a.State(start.Add(time.Second)))
+	invoke(b, start.Add(time.Second), 1)
+	fmt.Println("after env-b too:  ", b.State(start.Add(time.Second)))
 
-	_, err := c.Allow(ctx, now.Add(time.Second)) // a fresh environment
-	fmt.Println("env-c:", err)
+	_, err := c.Allow(ctx, start.Add(2*time.Second)) // a fresh environment
+	var oe *breaker.OpenError
+	if errors.As(err, &oe) {
+		// 29 s, plus this environment's own delay (under CacheTTL) so
+		// that the fleet does not move to half-open in lockstep.
+		fmt.Println("env-c:", oe.State, "for", oe.RetryAfter.Truncate(time.Second), "more")
+	}
 	fmt.Printf("store: %d reads, %d writes\n", store.Reads(), store.Writes())
 	// Output:
 	// after env-a alone: closed
 	// after env-b too:   open
-	// env-c: herdguard: circuit breaker "partner-api" is open; next probe in 29s
-	// store: 3 reads, 4 writes
+	// env-c: open for 29s more
+	// store: 4 reads, 4 writes
 }
 
 // ForceOpen is a local kill switch: this process rejects every call.

@@ -22,9 +22,7 @@ func TestLocalStoreFleetTripsAndRecovers(t *testing.T) {
 	b := newEnv(t, store, "b", nil)
 
 	calls(t, a.Breaker, t0, breaker.Failure, 30)
-	if err := a.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	flushAt(t, a.Breaker, t0.Add(time.Second))
 	wantState(t, a.Breaker, t0, breaker.Closed) // one reporter only
 	calls(t, b.Breaker, t0, breaker.Failure, 1)
 	wantState(t, b.Breaker, t0, breaker.Open)
@@ -85,22 +83,29 @@ func TestLocalStoreLostProbeLeaseLapses(t *testing.T) {
 	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.MinReporters = 1; s.ProbeLease = 3 * time.Second })
 	calls(t, b.Breaker, t0, breaker.Success, 1)
 	calls(t, a.Breaker, t0, breaker.Failure, 20)
-	if err := a.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	at := t0.Add(30 * time.Second)
+	flushAt(t, a.Breaker, t0.Add(time.Second)) // a alone trips (MinReporters 1)
+	at := t0.Add(31 * time.Second)
 	if p, err := a.Allow(ctx, at); err != nil || !p.Probe() {
 		t.Fatalf("a: %v, want a probe", err) // then a's environment is lost
 	}
-	_, err := b.Allow(ctx, at.Add(time.Second))
-	mustOpenError(t, err)
-	p, err := b.Allow(ctx, at.Add(3*time.Second+time.Millisecond))
-	if err != nil || !p.Probe() {
-		t.Fatalf("b after the lease lapsed: %v, want a probe", err)
+	// The epoch's probes are leased during its first 2 × CacheTTL, for
+	// ProbeLease: once every lease has lapsed, the next environment moves
+	// the fleet to a new half-open epoch and probes.
+	rearm := at.Add(2*breaker.DefaultCacheTTL + 3*time.Second)
+	for _, d := range []time.Duration{time.Second, 3*time.Second + time.Millisecond, rearm.Sub(at) - time.Millisecond} {
+		_, err := b.Allow(ctx, at.Add(d))
+		mustOpenError(t, err)
 	}
-	b.Done(ctx, at.Add(3*time.Second+2*time.Millisecond), p, breaker.Failure)
+	p, err := b.Allow(ctx, rearm)
+	if err != nil || !p.Probe() {
+		t.Fatalf("b after the leases lapsed: %v, want a probe", err)
+	}
+	if snap, _ := store.Load(ctx, "partner"); snap.State != breaker.HalfOpen || snap.Epoch != 3 {
+		t.Fatalf("stored %+v, want a new half-open epoch (3)", snap)
+	}
+	b.Done(ctx, rearm.Add(time.Millisecond), p, breaker.Failure)
 	snap, _ := store.Load(ctx, "partner")
-	if snap.State != breaker.Open || snap.Reopens != 1 || !snap.OpenUntil.Equal(at.Add(3*time.Second+2*time.Millisecond+time.Minute)) {
+	if snap.State != breaker.Open || snap.Reopens != 1 || !snap.OpenUntil.Equal(rearm.Add(time.Millisecond+time.Minute)) {
 		t.Fatalf("stored %+v, want re-opened for 60s", snap)
 	}
 }

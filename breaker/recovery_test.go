@@ -297,9 +297,7 @@ func TestSharedStateLostWhileOpen(t *testing.T) {
 	c := newEnv(t, store, "c", nil)
 	at = at.Add(time.Second)
 	calls(t, c.Breaker, at, breaker.Failure, 19)
-	if err := c.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	flushAt(t, c.Breaker, at.Add(time.Second))
 	conflicts := store.conflicts.Load()
 	calls(t, b.Breaker, at, breaker.Failure, 1)
 	if st := store.state("partner"); st.State != breaker.Open || st.Epoch != 1 {
@@ -383,9 +381,7 @@ func TestSharedDegradedOpenStaysOpenUntilItsProbe(t *testing.T) {
 	at = at.Add(time.Second)
 	calls(t, b.Breaker, at, breaker.Failure, 1)
 	calls(t, a.Breaker, at, breaker.Failure, 5)
-	if err := a.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	flushAt(t, a.Breaker, at.Add(time.Second))
 	if st := store.stored(t); st.State != breaker.Open || st.Epoch != 1 {
 		t.Fatalf("stored %+v, want the fleet tripped by two reporters", st)
 	}
@@ -411,9 +407,7 @@ func TestSharedDegradedOpenFollowsTheFleetWhenItOpens(t *testing.T) {
 		c := newEnv(t, store, "c", settings)
 		at := t0.Add(2 * time.Second)
 		calls(t, b.Breaker, at, breaker.Failure, 4)
-		if err := b.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		flushAt(t, b.Breaker, at.Add(time.Second))
 		calls(t, c.Breaker, at, breaker.Failure, 1)
 		if st := store.stored(t); st.State != breaker.Open || st.Epoch != 1 {
 			t.Fatalf("stored %+v, want the fleet open", st)

@@ -59,8 +59,12 @@ const NoJitter = -1.0
 const (
 	// MaxWindowSlots bounds Settings.WindowSlots.
 	MaxWindowSlots = 1000
-	// MaxHalfOpenProbes bounds Settings.HalfOpenProbes.
-	MaxHalfOpenProbes = 1000
+	// MaxHalfOpenProbes bounds Settings.HalfOpenProbes. It is the number
+	// of probe slots package dynamo's Store keeps per breaker
+	// (dynamo.MaxProbeSlots, one item each, every one of them written by a
+	// refused AcquireProbe): a larger limit would make every AcquireProbe
+	// fail there.
+	MaxHalfOpenProbes = 64
 	// maxEnvLen bounds Settings.Env.
 	maxEnvLen = 256
 	// openGrowth is the factor the open duration grows by on every re-open.
@@ -115,17 +119,20 @@ type Settings struct {
 	// be below 1.
 	Jitter float64
 
-	// Rand returns uniformly distributed numbers in [0, 1) for the jitter.
-	// nil means math/rand/v2's Float64. It is called with the breaker's
+	// Rand returns uniformly distributed numbers in [0, 1) for the jitter
+	// and, in shared mode, for this environment's delay past the end of an
+	// open period (in [0, CacheTTL), drawn once per fleet epoch: see the
+	// package documentation). nil means math/rand/v2's Float64. It is called with the breaker's
 	// lock held, so it need not be safe for concurrent use unless several
 	// breakers share it. Values outside [0, 1) are clamped.
 	Rand func() float64
 
 	// HalfOpenProbes is the number of calls a half-open breaker lets
 	// through at the same time (DefaultHalfOpenProbes if 0, at most
-	// MaxHalfOpenProbes). In shared mode the limit is fleet-wide. A
-	// successful probe closes the breaker; a failed one opens it again
-	// with a doubled open duration.
+	// MaxHalfOpenProbes). In shared mode the limit is fleet-wide, and the
+	// probes are the calls of the environment that moved the fleet to
+	// half-open. A successful probe closes the breaker; a failed one opens
+	// it again with a doubled open duration.
 	HalfOpenProbes int
 
 	// ProbeLease is how long a probe holds its slot (DefaultProbeLease if
@@ -154,7 +161,9 @@ type Settings struct {
 
 	// CacheTTL is how long the fleet state read from the Store is trusted
 	// (DefaultCacheTTL if 0): a breaker calls Store.Load at most once per
-	// CacheTTL.
+	// CacheTTL, plus once before each move of the fleet it may make while
+	// the fleet is open or half-open (typically once, when an open period
+	// ends). Those moves are spread over CacheTTL across the fleet.
 	CacheTTL time.Duration
 
 	// StoreTimeout bounds every Store call (DefaultStoreTimeout if 0). Each
@@ -169,8 +178,9 @@ type Settings struct {
 	MinReporters int
 
 	// ReportInterval is the shortest time between two reports of this
-	// environment's counts (DefaultReportInterval if 0). Flush reports at
-	// once.
+	// environment's counts for the current fleet window
+	// (DefaultReportInterval if 0), Flush included. Only the remainder of a
+	// window that has ended may go sooner (once per window).
 	ReportInterval time.Duration
 
 	// Env identifies this execution environment among the reporters of a
@@ -183,7 +193,10 @@ type Settings struct {
 	// "acquire-probe". err satisfies errors.Is(err, ErrStore). The breaker
 	// then runs on its local state machine until a Load succeeds again
 	// (and, if it opened meanwhile and the fleet is closed, until its own
-	// probe succeeds: see the package documentation).
+	// probe succeeds), except after a fault of the move to half-open or of
+	// AcquireProbe while it knows the fleet is open: then it stays on the
+	// fleet state, rejecting, and tries again later. See the package
+	// documentation.
 	OnStoreError func(op string, err error)
 }
 

@@ -21,10 +21,13 @@ type job struct {
 	gen uint64 // generation the write was decided in
 
 	// opTransition
-	from      State    // the state the transition leaves
-	epoch     uint64   // the epoch it was decided on
-	next      Snapshot // the state it writes; next.Epoch == epoch+1
-	clearBusy bool     // it is the Open→HalfOpen transition (halfOpenBusy)
+	from  State    // the state the transition leaves
+	epoch uint64   // the epoch it was decided on
+	next  Snapshot // the state it writes; next.Epoch == epoch+1
+	// arm: it moves the fleet into a new half-open epoch (from Open, or
+	// from a half-open epoch whose probes are presumed lost); armBusy is
+	// set, and the environment that succeeds asks for the epoch's probes.
+	arm bool
 
 	// opReport
 	now       time.Time
@@ -41,12 +44,28 @@ const (
 	opTransition
 )
 
-// Flush reports this environment's pending fleet counts to the Store at
-// once, whatever ReportInterval says, and trips the fleet if the totals
-// returned call for it. A Lambda handler calls it before returning, since
-// the execution environment may be frozen afterwards. Without a Store, or
-// with nothing pending, it does nothing. It returns the Store's fault (an
-// error satisfying errors.Is(err, ErrStore)) or ctx's error.
+// Flush reports what of this environment's fleet counts must not wait for
+// its next call, and trips the fleet if the totals returned call for it. A
+// Lambda handler calls it before returning, since the execution
+// environment may be frozen afterwards.
+//
+// Flush writes at most two Reports, and only these:
+//
+//   - the remainder of a fleet window that has ended (counts gathered in
+//     it since this environment's last Report into it), whatever
+//     ReportInterval says: nothing else would send it before the window's
+//     item expires;
+//   - the current window's pending counts, if this environment's last
+//     Report is at least ReportInterval old as of the latest time the
+//     breaker has seen (the now of its latest Allow or Done off the
+//     lock-free path): the Report the next call would have made anyway.
+//
+// Anything else waits, so an environment calling Flush after every
+// invocation still reports the current window at most once per
+// ReportInterval. Without a Store, while the Store has failed (the local
+// state machine decides), or with nothing due, Flush writes nothing. It
+// returns the Store's fault (an error satisfying errors.Is(err, ErrStore))
+// or ctx's error.
 func (b *Breaker) Flush(ctx context.Context) error {
 	if b.store == nil {
 		return nil
@@ -54,10 +73,16 @@ func (b *Breaker) Flush(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	b.mu.Lock()
+	now := b.lastNow
+	b.rollBatchLocked(now)
+	due := b.reportDueLocked(now) // decided once: the remainder's Report does not use up the interval
+	b.publishLocked(now)
+	b.mu.Unlock()
 	var errs []error
-	for range 2 { // the previous fleet window's remainder, then the current one
+	for range 2 { // the ended window's remainder, then the current one
 		b.mu.Lock()
-		j := b.takeReportLocked(b.lastNow, true)
+		j := b.takeReportLocked(now, true, due)
 		b.mu.Unlock()
 		if j.op == opNone {
 			break
@@ -116,7 +141,7 @@ func storeError(op string, err error) error {
 func (b *Breaker) faultLocked(now time.Time, op string, err error) error {
 	b.degraded, b.held = true, false // the first Load that succeeds decides whether to hold
 	b.batch, b.prev = fleetBatch{}, fleetBatch{}
-	b.probeDeniedUntil = time.Time{}
+	b.sched, b.pendingArm = fleetSchedule{}, pendingArm{}
 	b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano()) // try the store again after CacheTTL
 	b.publishLocked(now)
 	return storeError(op, err)
@@ -177,7 +202,9 @@ func (b *Breaker) refresh(ctx context.Context, now time.Time) {
 		back := lower && b.lowerRead
 		b.lowerRead = lower && !back
 		b.adoptLocked(now, snap, back, recovering)
-		b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano())
+		b.rebaseScheduleLocked(now, b.loadedAt)
+		b.loadedAt = later(b.loadedAt, now)
+		b.staleAt.Store(b.freshUntilLocked(now))
 	case ctx.Err() != nil:
 		// The caller's context ended, not the store: the next call retries.
 	default:
@@ -224,8 +251,10 @@ func (b *Breaker) adoptLocked(now time.Time, s Snapshot, back, recovering bool) 
 		return
 	}
 	b.held = false
-	if s.Epoch != known || s.State != b.state || !s.OpenUntil.Equal(b.openUntil) || s.Reopens != b.reopens {
-		b.setMachineLocked(now, s.State, s.OpenUntil, s.Reopens)
+	if s.Epoch != known || s.State != b.state || !s.OpenUntil.Equal(b.rawOpenUntil) || s.Reopens != b.reopens {
+		b.setMachineLocked(now, s.State, b.clampOpenUntil(now, s), s.Reopens)
+		b.rawOpenUntil = s.OpenUntil
+		b.sched = fleetSchedule{} // drawn for the new state (an epoch seen before may come back when the stored state goes back)
 		return
 	}
 	b.syncEffectiveLocked(now)
@@ -234,7 +263,12 @@ func (b *Breaker) adoptLocked(now time.Time, s Snapshot, back, recovering bool) 
 // runTransition makes the transition j fleet-wide, optimistically on
 // j.epoch, and adopts the result: the new state, or on ErrConflict the
 // state another environment wrote first. On a Store fault the breaker
-// switches to its local state machine and applies the transition there.
+// switches to its local state machine and applies the transition there,
+// except for a transition into a new half-open epoch (j.arm): the fleet is
+// known to be open, so the environment stays on the fleet state, rejecting
+// calls, and tries again (after reading the state) CacheTTL later, the
+// wait doubling with every fault in a row (faultBackoffLocked). It returns
+// the Store's fault or the caller's context error.
 func (b *Breaker) runTransition(ctx context.Context, now time.Time, j job) error {
 	var (
 		res    Snapshot
@@ -249,8 +283,8 @@ func (b *Breaker) runTransition(ctx context.Context, now time.Time, j job) error
 	}
 	b.mu.Lock()
 	b.observeLocked(now)
-	if j.clearBusy {
-		b.halfOpenBusy = false
+	if j.arm {
+		b.armBusy = false
 	}
 	var fault error
 	switch {
@@ -263,7 +297,11 @@ func (b *Breaker) runTransition(ctx context.Context, now time.Time, j job) error
 		}
 		b.lowerRead = false
 		b.adoptLocked(now, res, false, false)
-		b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano())
+		b.loadedAt = later(b.loadedAt, now)
+		b.staleAt.Store(b.freshUntilLocked(now))
+		if j.arm && b.sharedLocked() && b.state == HalfOpen && b.snap.Epoch == j.next.Epoch {
+			b.scheduleLocked(now).armed = true
+		}
 	case errors.Is(err, ErrConflict):
 		switch {
 		case validSnapshot(res) != nil:
@@ -272,7 +310,8 @@ func (b *Breaker) runTransition(ctx context.Context, now time.Time, j job) error
 			// Another environment moved first.
 			b.lowerRead = false
 			b.adoptLocked(now, res, false, false)
-			b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano())
+			b.loadedAt = later(b.loadedAt, now)
+			b.staleAt.Store(b.freshUntilLocked(now))
 		case res.Epoch < j.epoch && b.snap.Epoch == j.epoch:
 			// The item as it stands (a conditional write's answer, not an
 			// eventually consistent read) is older than the epoch this
@@ -282,7 +321,8 @@ func (b *Breaker) runTransition(ctx context.Context, now time.Time, j job) error
 			// conflict forever.
 			b.lowerRead = false
 			b.adoptLocked(now, res, true, false)
-			b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano())
+			b.loadedAt = later(b.loadedAt, now)
+			b.staleAt.Store(b.freshUntilLocked(now))
 		default:
 			b.staleAt.Store(0) // reload at the next call
 		}
@@ -290,7 +330,23 @@ func (b *Breaker) runTransition(ctx context.Context, now time.Time, j job) error
 		// The caller's context ended, not the store.
 		if called {
 			b.staleAt.Store(0) // the write may or may not have happened: reload
+			b.notePendingArmLocked(j)
 		}
+	case j.arm:
+		// The fleet is open (or half-open with its probes lost) and this
+		// environment knows it: a fault here says nothing about the
+		// partner. Falling back to the local state machine would let every
+		// environment that met the fault admit a probe of its own; instead
+		// it keeps rejecting, and tries again, after reading the state,
+		// after a backoff. The write may have gone through: if the state
+		// read then is the epoch it wrote, this environment armed it.
+		fault = storeError(storeOpTransition, err)
+		if b.gen == j.gen && b.sharedLocked() && b.snap.Epoch == j.epoch {
+			sc := b.scheduleLocked(now)
+			sc.writeAt = later(sc.writeAt, now.Add(b.faultBackoffLocked(sc)))
+		}
+		b.notePendingArmLocked(j)
+		b.staleAt.Store(b.freshUntilLocked(now))
 	default:
 		fault = b.faultLocked(now, storeOpTransition, err)
 		if b.gen == j.gen && b.state == j.from {
@@ -310,10 +366,24 @@ func (b *Breaker) runTransition(ctx context.Context, now time.Time, j job) error
 	return nil
 }
 
+// notePendingArmLocked remembers a transition into a half-open epoch whose
+// fate is unknown.
+func (b *Breaker) notePendingArmLocked(j job) {
+	if j.arm {
+		b.pendingArm = pendingArm{epoch: j.next.Epoch, sinceMs: j.next.OpenUntil.UnixMilli()}
+	}
+}
+
 // acquireProbe asks the Store for a fleet probe slot, the local slot
 // d.slot being reserved. done is false when the decision must be made
-// again (the state moved, or the store failed and the local state machine
-// now decides).
+// again (the state moved while asking).
+//
+// A Store fault does not send the environment to its local state machine:
+// the fleet is half-open and this environment knows it, and a local
+// machine would admit a probe of its own in every environment that met the
+// fault. The call is rejected, the fault reported, and the environment
+// asks again after a backoff (faultBackoffLocked), if the epoch's time for
+// asking has not ended by then.
 func (b *Breaker) acquireProbe(ctx context.Context, now time.Time, d decision) (p Permit, done bool, err error) {
 	var serr error
 	if serr = ctx.Err(); serr == nil {
@@ -323,10 +393,15 @@ func (b *Breaker) acquireProbe(ctx context.Context, now time.Time, d decision) (
 	}
 	b.mu.Lock()
 	b.observeLocked(now)
+	// The schedule of the epoch the slot was asked for, if still current.
+	var sc *fleetSchedule
+	if b.gen == d.gen && b.sharedLocked() && b.snap.Epoch == d.epoch && b.sched.set && b.sched.epoch == d.epoch {
+		sc = &b.sched
+	}
 	var fault error
 	switch {
 	case serr == nil:
-		if b.gen == d.gen && b.sharedLocked() {
+		if sc != nil {
 			b.win.addRequest(now.UnixNano())
 			p, done = Permit{gen: b.gen, start: now, slot: int32(d.slot), kind: permitProbe}, true
 		} else {
@@ -334,8 +409,11 @@ func (b *Breaker) acquireProbe(ctx context.Context, now time.Time, d decision) (
 		}
 	case errors.Is(serr, ErrProbeDenied):
 		b.releaseProbeLocked(d.gen, d.slot)
-		if b.gen == d.gen {
-			b.probeDeniedUntil = now.Add(b.s.CacheTTL) // learn the probe's result before asking again
+		if sc != nil {
+			// Every slot of the epoch is leased: this environment's own
+			// probes, or leases that lapse at the latest when the epoch is
+			// re-armed. Ask no more in this epoch.
+			sc.armed = false
 		}
 		done, err = true, b.openError(HalfOpen, b.s.CacheTTL, false)
 	case ctx.Err() != nil:
@@ -343,7 +421,11 @@ func (b *Breaker) acquireProbe(ctx context.Context, now time.Time, d decision) (
 		done, err = true, b.openError(HalfOpen, b.s.CacheTTL, false)
 	default:
 		b.releaseProbeLocked(d.gen, d.slot)
-		fault = b.faultLocked(now, storeOpAcquireProbe, serr)
+		fault = storeError(storeOpAcquireProbe, serr)
+		if sc != nil {
+			sc.askAt = now.Add(b.faultBackoffLocked(sc))
+		}
+		done, err = true, b.openError(HalfOpen, b.s.CacheTTL, false)
 	}
 	evs := b.takeEventsLocked()
 	b.mu.Unlock()
@@ -361,12 +443,7 @@ func (b *Breaker) acquireProbe(ctx context.Context, now time.Time, d decision) (
 func (b *Breaker) accountFleetLocked(now time.Time, o Outcome) job {
 	num := b.win.number(now.UnixNano())
 	fw := b.win.fleetStart(num)
-	if b.batch.active && fw > b.batch.window {
-		if b.batch.failures > 0 {
-			b.prev = b.batch // reported before the new window's counts
-		}
-		b.batch = fleetBatch{}
-	}
+	b.rollBatchLocked(now)
 	switch {
 	case b.batch.active:
 		if o == Success {
@@ -385,30 +462,50 @@ func (b *Breaker) accountFleetLocked(now time.Time, o Outcome) job {
 		}
 		b.batch = fleetBatch{window: fw, successes: c.Successes, failures: max(c.Failures, 1), active: true}
 	}
-	j := b.takeReportLocked(now, false)
+	due := b.reportDueLocked(now)
+	j := b.takeReportLocked(now, due, due)
 	b.publishLocked(now)
 	return j
 }
 
-// takeReportLocked returns the Report to make now, if any: the previous
-// fleet window's remainder first, then the current window's counts, and
-// only if it holds failures. Unless force is set, at most one Report goes
-// per ReportInterval. The counts are taken out of the batch when the
-// report is decided, and added to what was sent for the window (at most
-// once: a report whose fate is unknown is not repeated, nor its counts
-// gathered again).
-func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
-	if !b.reportingLocked() || b.reportBusy {
-		return job{}
+// rollBatchLocked makes the counts gathered for a fleet window that has
+// ended by now the previous window's remainder, reported before the
+// current window's counts.
+func (b *Breaker) rollBatchLocked(now time.Time) {
+	if b.batch.active && b.win.fleetStart(b.win.number(now.UnixNano())) > b.batch.window {
+		if b.batch.failures > 0 {
+			b.prev = b.batch
+		}
+		b.batch = fleetBatch{}
 	}
-	if !force && !b.lastReport.IsZero() && now.Before(b.lastReport.Add(b.s.ReportInterval)) {
+}
+
+// reportDueLocked reports whether ReportInterval has passed since this
+// environment's last Report.
+func (b *Breaker) reportDueLocked(now time.Time) bool {
+	return b.lastReport.IsZero() || !now.Before(b.lastReport.Add(b.s.ReportInterval))
+}
+
+// takeReportLocked returns the Report to make now, if any: the previous
+// fleet window's remainder first if prevOK, else the current window's
+// counts if curOK, and only counts that hold failures. (Callers pass
+// reportDueLocked for both, so that at most one Report goes per
+// ReportInterval; Flush always lets the remainder go.) The counts are
+// taken out of the batch when the report is decided, and added to what
+// was sent for the window (at most once: a report whose fate is unknown
+// is not repeated, nor its counts gathered again).
+func (b *Breaker) takeReportLocked(now time.Time, prevOK, curOK bool) job {
+	if !b.reportingLocked() || b.reportBusy {
 		return job{}
 	}
 	var bt *fleetBatch
 	switch {
 	case b.prev.failures > 0:
+		if !prevOK {
+			return job{}
+		}
 		bt = &b.prev
-	case b.batch.failures > 0:
+	case b.batch.failures > 0 && curOK:
 		bt = &b.batch
 	default:
 		return job{}
@@ -428,8 +525,8 @@ func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
 	return j
 }
 
-// runReport adds j's counts to the fleet window and, if the window's totals
-// call for it, trips the fleet.
+// runReport adds j's counts to the fleet window and, if the fleet's counts
+// call for it (see fleetTripsLocked), trips the fleet.
 func (b *Breaker) runReport(ctx context.Context, j job) error {
 	start := time.Unix(0, j.window*b.win.width)
 	var (
@@ -450,13 +547,13 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 	)
 	switch {
 	case err == nil:
+		b.noteTallyLocked(j.window, j.epoch, tally)
 		// The fleet is closed as this environment knows it: it is closed
 		// here too, or held open on the local state machine (whose failed
 		// probes are reported, and count like anyone's).
 		fleetClosed := (b.sharedLocked() && b.state == Closed) || (b.held && b.snap.State == Closed)
 		ov, _ := b.overrideLocked(j.now)
-		if ov == NoOverride && b.gen == j.gen && fleetClosed && b.snap.Epoch == j.epoch &&
-			tally.Reporters >= b.s.MinReporters && b.ratioTrips(tally.Successes, tally.Failures) {
+		if ov == NoOverride && b.gen == j.gen && fleetClosed && b.snap.Epoch == j.epoch && b.fleetTripsLocked(j.now) {
 			trip = job{
 				op:    opTransition,
 				gen:   b.gen,
@@ -489,4 +586,67 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 		return b.runTransition(ctx, j.now, trip)
 	}
 	return nil
+}
+
+// noteTallyLocked keeps a fleet window's totals as a Report answered them,
+// for the two latest windows reported into.
+func (b *Breaker) noteTallyLocked(window int64, epoch uint64, t Tally) {
+	seen := seenTally{ok: true, window: window, epoch: epoch, t: t}
+	oldest := 0
+	for i, st := range b.tallies {
+		if st.ok && st.window == window {
+			b.tallies[i] = seen // the latest answer holds the latest totals
+			return
+		}
+		if !st.ok || (b.tallies[oldest].ok && st.window < b.tallies[oldest].window) {
+			oldest = i
+		}
+	}
+	if o := b.tallies[oldest]; !o.ok || o.window < window {
+		b.tallies[oldest] = seen
+	}
+}
+
+// tallyLocked returns the totals last seen for a fleet window in the
+// current fleet epoch.
+func (b *Breaker) tallyLocked(window int64) (Tally, bool) {
+	for _, st := range b.tallies {
+		if st.ok && st.window == window && st.epoch == b.snap.Epoch {
+			return st.t, true
+		}
+	}
+	return Tally{}, false
+}
+
+// fleetTripsLocked reports whether the fleet's counts, as the Reports of
+// this environment returned them, call for a trip at now. Fleet windows
+// are fixed (aligned to the Unix epoch); the ratio is estimated over a
+// sliding window of the same length ending at now: with f the fraction of
+// the current fleet window w elapsed at now, the totals last seen for
+// window w−1 count for (1 − f), those of w fully (when no totals of w−1
+// were seen in this fleet epoch, those of w alone). The estimate trips
+// when it holds at least MinRequests calls, at least FailureRatio of them
+// failures, from at least MinReporters environments (the larger of the
+// two windows' reporter counts). Early in a window its few calls, and the
+// failures that made environments report them first, cannot trip the
+// fleet on their own: the previous window weighs in.
+func (b *Breaker) fleetTripsLocked(now time.Time) bool {
+	w := b.win.fleetStart(b.win.number(now.UnixNano()))
+	cur, okCur := b.tallyLocked(w)
+	prev, okPrev := b.tallyLocked(w - b.win.n)
+	if !okCur && !okPrev {
+		return false
+	}
+	failures := float64(cur.Failures)
+	total := float64(cur.Successes + cur.Failures)
+	reporters := cur.Reporters
+	if okPrev {
+		f := float64(now.UnixNano()-w*b.win.width) / float64(b.s.Window)
+		weight := 1 - min(max(f, 0), 1)
+		failures += weight * float64(prev.Failures)
+		total += weight * float64(prev.Successes+prev.Failures)
+		reporters = max(reporters, prev.Reporters)
+	}
+	return reporters >= b.s.MinReporters && total > 0 &&
+		total >= float64(b.s.MinRequests) && failures >= b.s.FailureRatio*total
 }

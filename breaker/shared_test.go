@@ -50,7 +50,10 @@ type env struct {
 
 // newEnv returns one execution environment's breaker on store. Store calls
 // get a generous real-time timeout so that the tests do not depend on the
-// machine's speed; the timeout tests set their own.
+// machine's speed; the timeout tests set their own. Open durations have no
+// jitter, and Rand always returns 0, so an environment makes its half-open
+// move exactly when the open duration ends (no extra delay: see
+// TestSharedHalfOpenIsNotInLockstep for the spread).
 func newEnv(t testing.TB, store breaker.Store, id string, mod func(*breaker.Settings)) env {
 	t.Helper()
 	e := env{rec: &recorder{}, errs: &storeErrors{}}
@@ -58,6 +61,7 @@ func newEnv(t testing.TB, store breaker.Store, id string, mod func(*breaker.Sett
 		Store:         store,
 		Env:           id,
 		Jitter:        breaker.NoJitter,
+		Rand:          func() float64 { return 0 },
 		StoreTimeout:  10 * time.Second,
 		OnStateChange: e.rec.hook,
 		OnStoreError:  e.errs.hook,
@@ -69,6 +73,17 @@ func newEnv(t testing.TB, store breaker.Store, id string, mod func(*breaker.Sett
 	return e
 }
 
+// flushAt is a Lambda handler's Flush at the end of an invocation at `at`:
+// State (which calls no Store) moves the breaker's clock to `at`, and
+// Flush reports what is due then.
+func flushAt(t testing.TB, b *breaker.Breaker, at time.Time) {
+	t.Helper()
+	_ = b.State(at)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatalf("Flush at %v: %v", at, err)
+	}
+}
+
 func TestSharedOneSickEnvironmentDoesNotTripTheFleet(t *testing.T) {
 	store := newFakeStore()
 	a := newEnv(t, store, "a", nil)
@@ -76,11 +91,9 @@ func TestSharedOneSickEnvironmentDoesNotTripTheFleet(t *testing.T) {
 	calls(t, b.Breaker, t0, breaker.Success, 1) // b reads the fleet state at t0
 
 	calls(t, a.Breaker, t0, breaker.Failure, 30)
-	if err := a.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	flushAt(t, a.Breaker, t0.Add(time.Second))
 	if got := store.reports.Load(); got != 2 {
-		t.Fatalf("reports = %d, want 2 (the first failure at once, the rest by Flush)", got)
+		t.Fatalf("reports = %d, want 2 (the first failure at once, the rest by Flush ReportInterval later)", got)
 	}
 	wantState(t, a.Breaker, t0, breaker.Closed) // 30 of 30 failed, but one reporter
 	if st := store.state("partner"); st.State != breaker.Closed || st.Epoch != 0 {
@@ -115,15 +128,16 @@ func TestSharedOneSickEnvironmentDoesNotTripTheFleet(t *testing.T) {
 }
 
 // tripFleet opens the breaker in store at `at` through two environments,
-// and returns them.
+// and returns them; the second one tripped it. The first one's 19
+// failures at `at` are reported by its Flush ReportInterval later (each
+// environment has its own clock), the second one's failure at `at` makes
+// 20 failures from two reporters.
 func tripFleet(t *testing.T, store *fakeStore, at time.Time, mod func(*breaker.Settings)) (env, env) {
 	t.Helper()
 	a := newEnv(t, store, "a", mod)
 	b := newEnv(t, store, "b", mod)
 	calls(t, a.Breaker, at, breaker.Failure, 19)
-	if err := a.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	flushAt(t, a.Breaker, at.Add(breaker.DefaultReportInterval))
 	calls(t, b.Breaker, at, breaker.Failure, 1)
 	if st := store.state("partner"); st.State != breaker.Open {
 		t.Fatalf("fleet did not trip: %+v", st)
@@ -193,7 +207,7 @@ func TestSharedExactlyOneProbeFleetWide(t *testing.T) {
 	}
 }
 
-func TestSharedLostProbeFreesItsSlotWhenTheLeaseLapses(t *testing.T) {
+func TestSharedLostProbeIsReplacedWhenItsLeaseLapses(t *testing.T) {
 	store := newFakeStore()
 	a, b := tripFleet(t, store, t0, nil)
 	at := t0.Add(30 * time.Second)
@@ -201,25 +215,36 @@ func TestSharedLostProbeFreesItsSlotWhenTheLeaseLapses(t *testing.T) {
 	if err != nil || !p.Probe() {
 		t.Fatalf("a: %v, want a probe", err)
 	}
-	// a's environment is frozen with the probe in flight; b keeps asking.
-	// A denied environment does not ask again for CacheTTL.
-	for _, d := range []time.Duration{0, 5 * time.Second, 9 * time.Second, 9500 * time.Millisecond} {
+	// a's environment is frozen with the probe in flight; b keeps calling.
+	// It did not arm the epoch: it asks for no probe slot. Once every
+	// lease the epoch can have given (during its first 2 × CacheTTL, for
+	// ProbeLease) has lapsed, b moves the fleet to a new half-open epoch
+	// and probes.
+	acq := store.acquires.Load()
+	rearm := at.Add(2*breaker.DefaultCacheTTL + breaker.DefaultProbeLease)
+	for _, d := range []time.Duration{0, 5 * time.Second, 9 * time.Second, 10*time.Second + time.Millisecond, rearm.Sub(at) - time.Millisecond} {
 		_, err := b.Allow(ctx, at.Add(d))
 		if oe := mustOpenError(t, err); oe.State != breaker.HalfOpen {
 			t.Fatalf("b at +%v: %+v, want half-open", d, oe)
 		}
 	}
-	q, err := b.Allow(ctx, at.Add(10*time.Second+time.Millisecond)) // DefaultProbeLease lapsed
-	if err != nil || !q.Probe() {
-		t.Fatalf("b after the lease lapsed: %v, want a probe", err)
+	if store.acquires.Load() != acq {
+		t.Fatal("an environment that did not arm the half-open epoch asked for a probe slot")
 	}
-	b.Done(ctx, at.Add(10*time.Second+2*time.Millisecond), q, breaker.Success)
+	q, err := b.Allow(ctx, rearm)
+	if err != nil || !q.Probe() {
+		t.Fatalf("b after the leases lapsed: %v, want a probe", err)
+	}
+	if st := store.state("partner"); st.State != breaker.HalfOpen || st.Epoch != 3 {
+		t.Fatalf("stored state = %+v, want a new half-open epoch (3)", st)
+	}
+	b.Done(ctx, rearm.Add(time.Millisecond), q, breaker.Success)
 	if st := store.state("partner"); st.State != breaker.Closed {
 		t.Fatalf("stored state = %+v, want closed", st)
 	}
 	// a thaws: its probe result belongs to an epoch long gone.
 	trBefore := store.transitions.Load()
-	a.Done(ctx, at.Add(11*time.Second), p, breaker.Failure)
+	a.Done(ctx, rearm.Add(time.Second), p, breaker.Failure)
 	if st := store.state("partner"); st.State != breaker.Closed {
 		t.Fatalf("a stale probe failure re-opened the fleet: %+v", st)
 	}
@@ -271,7 +296,7 @@ func TestSharedTransitionConflictAdoptsTheWinner(t *testing.T) {
 	// a still caches epoch 0 and reports again: its trip conflicts and it
 	// adopts b's state instead of overwriting it.
 	calls(t, a.Breaker, t0.Add(time.Second-time.Millisecond), breaker.Failure, 1)
-	_ = a.Flush(ctx)
+	flushAt(t, a.Breaker, t0.Add(time.Second)) // ReportInterval after its first report
 	if got := store.conflicts.Load(); got != 1 {
 		t.Fatalf("conflicts = %d, want 1", got)
 	}
@@ -292,10 +317,8 @@ func TestSharedNewEpochDropsOlderPermits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls(t, b.Breaker, t0, breaker.Failure, 20) // b alone trips (MinReporters 1)
-	if err := b.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	calls(t, b.Breaker, t0, breaker.Failure, 20) // the first failure is reported at once
+	flushAt(t, b.Breaker, t0.Add(time.Second))   // the rest: b alone trips (MinReporters 1)
 	if st := store.state("partner"); st.State != breaker.Open {
 		t.Fatalf("fleet = %+v", st)
 	}
@@ -324,10 +347,14 @@ func TestSharedReportsAtMostOncePerInterval(t *testing.T) {
 	if got := store.reports.Load(); got != 3 {
 		t.Fatalf("reports = %d, want 3 (at 0s, 1s, 2s)", got)
 	}
-	if err := a.Flush(ctx); err != nil {
+	if err := a.Flush(ctx); err != nil { // at 2.9s: not due, no write
 		t.Fatal(err)
 	}
-	if err := a.Flush(ctx); err != nil { // nothing left: no write
+	if got := store.reports.Load(); got != 3 {
+		t.Fatalf("reports = %d after a Flush 900ms after the last report, want still 3", got)
+	}
+	flushAt(t, a.Breaker, t0.Add(3*time.Second)) // due: the rest goes
+	if err := a.Flush(ctx); err != nil {         // nothing left: no write
 		t.Fatal(err)
 	}
 	w := store.windows[fmt.Sprintf("partner#w#%d", t0.UnixMilli())]
@@ -669,13 +696,17 @@ func TestSharedFlushTrips(t *testing.T) {
 	if st := store.state("partner"); st.State != breaker.Closed {
 		t.Fatalf("tripped before Flush: %+v", st)
 	}
-	if err := a.Flush(ctx); err != nil {
+	if err := a.Flush(ctx); err != nil { // at once: not due
 		t.Fatal(err)
 	}
+	if st, n := store.state("partner"), store.reports.Load(); st.State != breaker.Closed || n != 1 {
+		t.Fatalf("a Flush at the instant of the last report wrote: %d reports, %+v", n, st)
+	}
+	flushAt(t, a.Breaker, t0.Add(time.Second))
 	if st := store.state("partner"); st.State != breaker.Open {
 		t.Fatalf("Flush did not trip the fleet: %+v", st)
 	}
-	wantState(t, a.Breaker, t0, breaker.Open)
+	wantState(t, a.Breaker, t0.Add(time.Second), breaker.Open)
 }
 
 func TestSharedConcurrentFleet(t *testing.T) {
