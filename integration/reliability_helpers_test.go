@@ -178,34 +178,58 @@ func relPercentile(ds []time.Duration, p float64) time.Duration {
 	return s[min(max(i, 0), len(s)-1)]
 }
 
-// relStoreWatch follows one environment's DynamoDB requests (through the
-// stores' OnRequest) so that a test can tell when a store works again after
-// a fault, and how many requests an environment made.
+// relStoreWatch follows one environment's DynamoDB requests for one layer
+// (through the store's OnRequest) so that a test can tell when the layer
+// tried the table again after a fault, when it worked again, and how many
+// requests the environment made.
 type relStoreWatch struct {
 	requests, failures atomic.Int64
-	mark               atomic.Int64 // Unix ns; successes at or after it count as resumption
-	resumed            atomic.Int64 // Unix ns of the first success at or after mark; 0 = none yet
+	mark               atomic.Int64 // Unix ns; requests started at or after it count as resumption
+	attempted          atomic.Int64 // Unix ns of the earliest request started at or after mark; 0 = none yet
+	resumed            atomic.Int64 // Unix ns of the first success that ended at or after mark; 0 = none yet
 }
 
-// onRequest is a dynamo OnRequest hook. A write refused by its condition is
-// a working table (a domain answer), not a failure.
+// onRequest is a dynamo OnRequest hook, called when a request ends. A
+// write refused by its condition is a working table (a domain answer), not
+// a failure.
 func (w *relStoreWatch) onRequest(ri dynamo.RequestInfo) {
 	w.requests.Add(1)
+	end := time.Now()
+	m := w.mark.Load()
+	if start := end.Add(-ri.Duration).UnixNano(); m != 0 && start >= m {
+		for {
+			a := w.attempted.Load()
+			if (a != 0 && a <= start) || w.attempted.CompareAndSwap(a, start) {
+				break
+			}
+		}
+	}
 	var ccf *types.ConditionalCheckFailedException
 	if ri.Err != nil && !errors.As(ri.Err, &ccf) {
 		w.failures.Add(1)
 		return
 	}
-	now := time.Now().UnixNano()
-	if m := w.mark.Load(); m != 0 && now >= m {
-		w.resumed.CompareAndSwap(0, now)
+	if m != 0 && end.UnixNano() >= m {
+		w.resumed.CompareAndSwap(0, end.UnixNano())
 	}
 }
 
-// watchFrom starts looking for the first success at or after t.
+// watchFrom starts looking for the first request started, and the first
+// success, at or after t.
 func (w *relStoreWatch) watchFrom(t time.Time) {
+	w.attempted.Store(0)
 	w.resumed.Store(0)
 	w.mark.Store(t.UnixNano())
+}
+
+// attemptedAfter returns how long after t the layer first started a
+// request, or false.
+func (w *relStoreWatch) attemptedAfter(t time.Time) (time.Duration, bool) {
+	a := w.attempted.Load()
+	if a == 0 {
+		return 0, false
+	}
+	return time.Unix(0, a).Sub(t), true
 }
 
 // resumedAfter returns how long after t the first success came, or false.
@@ -217,14 +241,78 @@ func (w *relStoreWatch) resumedAfter(t time.Time) (time.Duration, bool) {
 	return time.Unix(0, r).Sub(t), true
 }
 
+// relProbeInterval is how often probeLayers asks each layer of each
+// environment for a decision.
+const relProbeInterval = 5 * time.Millisecond
+
+// probeLayers makes sure that, from now on, a call needing each layer of
+// each environment always exists: every relProbeInterval it asks each
+// environment's Global for a retry (and gives it back unused) and its
+// breaker for a permit (finished as Excluded, which counts nothing), until
+// the layer's watch has seen a store request started since its mark. The
+// fleet's own calls need the Global only when the local budget grants a
+// retry first, and come every relPaceInterval at best; without the probes
+// the time a layer takes to resume would include the wait for such a call,
+// which herdguard does not control. The breaker is asked only while it
+// reads Closed, so that no probe slot is taken. It returns a function that
+// stops the probes and reports the Global grants they received.
+func (f *relFleet) probeLayers(ctx context.Context) (stop func() (grants int64)) {
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		wg     sync.WaitGroup
+		grants atomic.Int64
+	)
+	for _, e := range f.envs {
+		wg.Go(func() {
+			relProbe(ctx, &e.budgetW, func(now time.Time) {
+				if rel, err := e.global.AcquireRetry(ctx, now, budget.Transient); err == nil {
+					grants.Add(1)
+					rel(budget.RetryNotUsed)
+				}
+			})
+		})
+		wg.Go(func() {
+			relProbe(ctx, &e.brkW, func(now time.Time) {
+				if e.brk.State(now) != breaker.Closed {
+					return
+				}
+				if p, err := e.brk.Allow(ctx, now); err == nil {
+					e.brk.Done(ctx, now, p, breaker.Excluded)
+				}
+			})
+		})
+	}
+	return func() int64 {
+		cancel()
+		wg.Wait()
+		return grants.Load()
+	}
+}
+
+// relProbe calls ask every relProbeInterval until w has seen a request
+// started since its mark, or ctx ends.
+func relProbe(ctx context.Context, w *relStoreWatch, ask func(now time.Time)) {
+	tick := time.NewTicker(relProbeInterval)
+	defer tick.Stop()
+	for w.attempted.Load() == 0 {
+		ask(time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // relFleetConfig configures a relFleet.
 type relFleetConfig struct {
-	Envs         int
-	Name         string        // budget and breaker name
-	StoreTimeout time.Duration // both layers
-	CacheTTL     time.Duration // breaker; the Global's FaultCooldown is set to the same
-	GlobalWindow time.Duration
-	MaxAttempts  int
+	Envs          int
+	Name          string        // budget and breaker name
+	StoreTimeout  time.Duration // both layers
+	CacheTTL      time.Duration // breaker; zero means breaker.DefaultCacheTTL (1 s)
+	FaultCooldown time.Duration // Global; zero means budget.DefaultFaultCooldown (1 s)
+	GlobalWindow  time.Duration
+	MaxAttempts   int
 	// Breaker settings (zero = the defaults the tests use).
 	MinRequests  int64
 	OpenDuration time.Duration
@@ -244,7 +332,10 @@ func (c *relFleetConfig) fill() {
 		c.StoreTimeout = relStoreTimeout
 	}
 	if c.CacheTTL == 0 {
-		c.CacheTTL = time.Second
+		c.CacheTTL = breaker.DefaultCacheTTL
+	}
+	if c.FaultCooldown == 0 {
+		c.FaultCooldown = budget.DefaultFaultCooldown
 	}
 	if c.GlobalWindow == 0 {
 		c.GlobalWindow = time.Second
@@ -328,7 +419,7 @@ func newRelFleet(t testing.TB, api dynamo.API, table string, cfg relFleetConfig)
 		e.global, err = budget.NewGlobal(bs, cfg.Name, budget.GlobalConfig{
 			Window:        cfg.GlobalWindow,
 			StoreTimeout:  cfg.StoreTimeout,
-			FaultCooldown: cfg.CacheTTL,
+			FaultCooldown: cfg.FaultCooldown,
 		})
 		if err != nil {
 			t.Fatalf("budget.NewGlobal: %v", err)

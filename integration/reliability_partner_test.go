@@ -122,7 +122,8 @@ func relSleepCtx(ctx context.Context, d time.Duration) {
 // key, which may have reached the partner, makes one; a deadline shorter
 // than the attempts cuts the call at the deadline. Every call ends by
 // MaxAttempts × (AttemptTimeout + MaxDelay) or its deadline, plus
-// relOverrunBound.
+// relOverrunBound (50 ms; 150 ms under the race detector, which on a busy
+// two-core machine delays a goroutine by more than 50 ms now and then).
 func TestReliabilityPartnerSlow(t *testing.T) {
 	relNoLeaks(t)
 	const (
@@ -177,7 +178,8 @@ func TestReliabilityPartnerSlow(t *testing.T) {
 			if arr != tc.wantArrivals*calls {
 				t.Errorf("partner saw %d requests for %d calls; want %d each", arr, calls, tc.wantArrivals)
 			}
-			t.Logf("%s against a partner slower than AttemptTimeout %v: %d calls, %d arrivals, worst call %v (bound %v)", tc.name, attemptTimeout, calls, arr, worst.Round(time.Millisecond), tc.wantBound)
+			t.Logf("%s against a partner slower than AttemptTimeout %v: %d calls, %d arrivals, worst call %v (bound %v, of which relOverrunBound %v; race detector: %v)",
+				tc.name, attemptTimeout, calls, arr, worst.Round(time.Millisecond), tc.wantBound, relOverrunBound, relRaceEnabled)
 		})
 	}
 }
@@ -213,18 +215,6 @@ func newRelResetListener(t *testing.T) *relResetListener {
 	return l
 }
 
-// relDeadPort returns a loopback address nothing listens on.
-func relDeadPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // TestReliabilityPartnerResets: connections broken before and after the
 // request was written. A POST without an Idempotency-Key is retried only
 // when the failure proves the request never left (a refused dial); once it
@@ -242,7 +232,7 @@ func TestReliabilityPartnerResets(t *testing.T) {
 
 	t.Run("refused dial, then the partner", func(t *testing.T) {
 		p := newRelPartnerServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
-		dead := relDeadPort(t)
+		dead := relRefusingAddr(t)
 		var dials atomic.Int64
 		base := &http.Transport{
 			Proxy:             nil,
@@ -539,5 +529,5 @@ func TestReliabilityPartnerRetryAfter(t *testing.T) {
 			t.Logf("%d with %s: %-31q -> %d attempt(s), status %d, err %v, %v", code, v.header, v.value, arr, st, err, took.Round(time.Millisecond))
 		}
 	}
-	t.Logf("hostile Retry-After values: every call ended within %v (deadline %v)", worst.Round(time.Millisecond), deadline)
+	t.Logf("hostile Retry-After values: every call ended within %v (deadline %v, bound %v; race detector: %v)", worst.Round(time.Millisecond), deadline, deadline+relOverrunBound, relRaceEnabled)
 }

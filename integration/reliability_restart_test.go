@@ -180,12 +180,15 @@ func relAllStates(f *relFleet, want ...breaker.State) (<-chan struct{}, func()) 
 // has a history before the restart: an outage opened and closed the shared
 // breaker, so its epoch is past zero.
 //
-// It asserts that every call returns by its deadline plus relOverrunBound
-// while DynamoDB is gone, that the local budget keeps limiting retries, that
-// both global layers work against the table again within CacheTTL +
-// StoreTimeout + relResumeSlack of its return, and that they do their job
-// again: a second partner outage opens the breaker fleet-wide (in the new
-// table) and it closes after the outage. No goroutine may leak.
+// It asserts that calls return by their deadline plus relOverrunBound
+// (judged as in TestReliabilityDynamoFaults) while DynamoDB is gone, that
+// the local budget keeps limiting retries, that, with every layer asked
+// for a decision every relProbeInterval, each environment's Global starts
+// a store request within FaultCooldown + relResumeTolerance of the table's
+// return and its breaker within CacheTTL + relResumeTolerance, and both
+// then work again (the first success is printed), and that they do their
+// job again: a second partner outage opens the breaker fleet-wide (in the
+// new table) and it closes after the outage. No goroutine may leak.
 func TestReliabilityDynamoRestart(t *testing.T) {
 	requireDynamoDB(t)
 	relNoLeaks(t)
@@ -206,9 +209,10 @@ func TestReliabilityDynamoRestart(t *testing.T) {
 	cfg := fleet.cfg
 	partner := &relPartner{}
 	ctx := t.Context()
+	var overruns relOverruns
 	run := func(name string, d time.Duration, stop <-chan struct{}) relPhase {
 		ph := fleet.runUntil(ctx, name, d, stop, relPaceInterval, relMinDeadline, relMaxDeadline, partner)
-		relCheckCalls(t, ph)
+		relCheckCalls(t, ph, &overruns)
 		t.Logf("%s (%v): %v", name, ph.duration.Round(time.Millisecond), ph.totals())
 		return ph
 	}
@@ -267,47 +271,38 @@ func TestReliabilityDynamoRestart(t *testing.T) {
 		}
 		cancelStart()
 	}
-	back := time.Now()
-	for _, e := range fleet.envs {
-		e.budgetW.watchFrom(back)
-		e.brkW.watchFrom(back)
-	}
-	bound := cfg.CacheTTL + cfg.StoreTimeout + relResumeSlack
+	back := fleet.watchFrom(time.Now())
+	var probeGrants int64
 	if err == nil {
-		time.Sleep(bound + 500*time.Millisecond)
+		stopProbes := fleet.probeLayers(ctx)
+		time.Sleep(max(cfg.CacheTTL, cfg.FaultCooldown) + relResumeTolerance + 500*time.Millisecond)
+		probeGrants = stopProbes()
 	}
 	close(stopFleet)
 	ph := <-phc
 	if err != nil {
 		t.Fatalf("restarting DynamoDB Local: %v", err)
 	}
-	relCheckCalls(t, ph)
+	relCheckCalls(t, ph, &overruns)
 	tot := ph.totals()
 	how := "container stopped and started"
 	if own.simulated {
 		how = "simulated: connections refused and the table deleted (no container engine)"
 	}
 	t.Logf("restart (%s): stop took %v, DynamoDB away for %v; %v", how, stopped.Sub(down).Round(time.Millisecond), back.Sub(down).Round(time.Millisecond), tot)
-	var worstB, worstC time.Duration
-	for i, e := range fleet.envs {
+	for i := range fleet.envs {
 		b, a := ph.before[i], ph.after[i]
 		if retries, granted := a.retries-b.retries, a.local.granted-b.local.granted; retries > granted {
 			t.Errorf("env %d made %d retries but its local budget granted %d", i, retries, granted)
 		}
-		db, okB := e.budgetW.resumedAfter(back)
-		dc, okC := e.brkW.resumedAfter(back)
-		if !okB || db > bound {
-			t.Errorf("env %d: the Global's first successful table request came %v after DynamoDB returned (found: %v); want within %v", i, db, okB, bound)
-		}
-		if !okC || dc > bound {
-			t.Errorf("env %d: the breaker's first successful table request came %v after DynamoDB returned (found: %v); want within %v", i, dc, okC, bound)
-		}
-		worstB, worstC = max(worstB, db), max(worstC, dc)
 	}
 	if tot.globalAbstain == 0 {
 		t.Errorf("the global layer never abstained while DynamoDB was away: %v", tot)
 	}
-	t.Logf("after the restart: Global back within %v, breaker within %v (bound %v)", worstB.Round(time.Millisecond), worstC.Round(time.Millisecond), bound)
+	res := relCheckResume(t, fleet, back)
+	t.Logf("after the restart: Global tried the table after %v and worked after %v, breaker after %v and %v (the probes received %d grants)",
+		res.budgetAttempt.Round(time.Millisecond), res.budgetSuccess.Round(time.Millisecond),
+		res.breakerAttempt.Round(time.Millisecond), res.breakerSuccess.Round(time.Millisecond), probeGrants)
 
 	// The global layers do their job again in the new table.
 	partner.setFailure(relPartnerFailure)
@@ -316,6 +311,7 @@ func TestReliabilityDynamoRestart(t *testing.T) {
 		t.Errorf("no global lease in the new table after the restart: %v", rec.totals())
 	}
 	outage("outage after the restart")
+	overruns.check(t, "the whole run")
 
 	ps := proxy.Stats()
 	t.Logf("DynamoDB HTTP requests over the whole run: %v", ps)

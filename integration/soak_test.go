@@ -28,7 +28,7 @@ import (
 
 // The soak: run with
 //
-//	go test -count=1 -tags soak -run Soak -v ./integration/
+//	go test -count=1 -tags soak -run '^TestSoak$' -v ./integration/
 //
 // (.ci/run does). It takes about 65 s.
 const (
@@ -57,11 +57,33 @@ const (
 	soakLeaseSize = 4
 
 	// What "returns to a bound" means after the run: goroutines at most
-	// soakGoroutineSlack above the count before it (idle connections closed),
-	// and the live heap at most soakHeapSlack above it (after a GC).
+	// soakGoroutineSlack above the count before it, and the live heap at
+	// most soakHeapSlack above it (after a GC). Both counts are taken with
+	// every idle connection closed (the environments' to the partner, the
+	// stores' to the proxy, the proxy's to DynamoDB Local), so that
+	// connections kept for reuse are not mistaken for a leak, nor hide one.
 	soakGoroutineSlack = 10
 	soakHeapSlack      = 16 << 20
 )
+
+// soakQuiesce closes every idle connection of the soak and waits until
+// the goroutine count stops falling (the goroutines of a closed
+// connection take a moment to end): at most 5 s, polling every 20 ms,
+// done once 10 polls in a row show no decrease, or once the count is at
+// or below floor. It returns the goroutine count and the live heap.
+func soakQuiesce(closeIdle func(), floor int) (goroutines int, heap uint64) {
+	closeIdle()
+	best, still := runtime.NumGoroutine(), 0
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && best > floor && still < 10; {
+		time.Sleep(20 * time.Millisecond)
+		if g := runtime.NumGoroutine(); g < best {
+			best, still = g, 0
+		} else {
+			still++
+		}
+	}
+	return runtime.NumGoroutine(), soakHeap()
+}
 
 // soakPhase names the three phases by time since the start.
 func soakPhase(since time.Duration) int {
@@ -326,11 +348,20 @@ func TestSoak(t *testing.T) {
 	// service has no such warm-up). Warm it up on names of its own.
 	soakWarmDynamo(t, api, table)
 	// Baselines, once everything is built and a first call has warmed the
-	// connections up.
+	// connections up, taken with the idle connections closed.
 	for _, e := range envs {
 		relDo(context.Background(), e.exec, soakDeadline, true, op(e))
 	}
-	g0, h0 := runtime.NumGoroutine(), soakHeap()
+	closeIdle := func() {
+		for _, e := range envs {
+			e.tr.CloseIdleConnections()
+		}
+		dynamo.CloseIdleConnections(api)
+		proxy.CloseIdleConnections()
+	}
+	gOpen := runtime.NumGoroutine()
+	g0, h0 := soakQuiesce(closeIdle, 0)
+	t.Logf("baseline: %d goroutines with the warm-up's connections open, %d once they are closed; live heap %.1f MiB", gOpen, g0, float64(h0)/(1<<20))
 	p0 := proxy.Stats()
 
 	ctx := t.Context()
@@ -342,7 +373,8 @@ func TestSoak(t *testing.T) {
 		wg         sync.WaitGroup
 		peakG      atomic.Int64
 		worstLate  atomic.Int64
-		overrunBad atomic.Int64
+		overrunBad atomic.Int64 // calls more than relOverrunBound past their deadline
+		calledAll  atomic.Int64 // calls made, all phases
 	)
 	for i, e := range envs {
 		for w := range soakWorkers {
@@ -363,11 +395,14 @@ func TestSoak(t *testing.T) {
 						next = next.Add(time.Duration(missed) * interval)
 					}
 					c := relDo(ctx, e.exec, soakDeadline, true, op(e))
+					calledAll.Add(1)
 					if c.overrun() > relOverrunBound {
 						overrunBad.Add(1)
 					}
-					if late := int64(c.overrun()); late > worstLate.Load() {
-						worstLate.Store(late)
+					for late := int64(c.overrun()); ; {
+						if cur := worstLate.Load(); late <= cur || worstLate.CompareAndSwap(cur, late) {
+							break
+						}
 					}
 					stats[soakPhase(c.start.Sub(begin))].add(c, missed)
 					next = next.Add(interval)
@@ -462,21 +497,12 @@ func TestSoak(t *testing.T) {
 		s.mu.Unlock()
 	}
 	all = nil
-	for _, e := range envs {
-		e.tr.CloseIdleConnections()
-	}
-	dynamo.CloseIdleConnections(api)
-	var g1 int
-	var h1 uint64
-	for range 50 { // goroutines of closed connections take a moment to end
-		g1, h1 = runtime.NumGoroutine(), soakHeap()
-		if g1 <= g0+soakGoroutineSlack {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	fmt.Fprintf(&b, "goroutines: %d before, peak %d, %d after (bound %d); live heap: %.1f MiB before, %.1f MiB after (bound +%d MiB)",
-		g0, peakG.Load(), g1, g0+soakGoroutineSlack, float64(h0)/(1<<20), float64(h1)/(1<<20), soakHeapSlack>>20)
+	g1, h1 := soakQuiesce(closeIdle, g0+soakGoroutineSlack)
+	fmt.Fprintf(&b, "goroutines: %d before (%d with the warm-up's idle connections open), peak %d, %d after (bound %d = before + %d); live heap: %.1f MiB before, %.1f MiB after (bound before + %d MiB)\n",
+		g0, gOpen, peakG.Load(), g1, g0+soakGoroutineSlack, soakGoroutineSlack, float64(h0)/(1<<20), float64(h1)/(1<<20), soakHeapSlack>>20)
+	allowedLate := int64(relOverrunShare * float64(calledAll.Load()))
+	fmt.Fprintf(&b, "deadline overruns: worst %v over %d calls; %d beyond the bound %v (allowed %d, %.1f%%; race detector: %v); ceiling %v",
+		time.Duration(worstLate.Load()).Round(time.Microsecond), calledAll.Load(), overrunBad.Load(), relOverrunBound, allowedLate, relOverrunShare*100, relRaceEnabled, relOverrunCeiling)
 	t.Logf("soak: %d environments, %d calls/s target, %v, partner down from %v to %v, DynamoDB Local behind a counting proxy:%s",
 		soakEnvs, soakRate, soakDuration, soakOutageStart, soakOutageEnd, b.String())
 
@@ -486,8 +512,11 @@ func TestSoak(t *testing.T) {
 	if h1 > h0+soakHeapSlack {
 		t.Errorf("live heap: %d bytes after the soak, %d before; want at most %d more", h1, h0, soakHeapSlack)
 	}
-	if n := overrunBad.Load(); n > 0 {
-		t.Errorf("%d calls returned more than %v after their deadline", n, relOverrunBound)
+	if n := overrunBad.Load(); n > allowedLate {
+		t.Errorf("%d of %d calls returned more than %v after their deadline; at most %d (%.1f%%) may", n, calledAll.Load(), relOverrunBound, allowedLate, relOverrunShare*100)
+	}
+	if late := time.Duration(worstLate.Load()); late > relOverrunCeiling {
+		t.Errorf("a call returned %v after its deadline, beyond the ceiling %v", late, relOverrunCeiling)
 	}
 	if rate := float64(totalCalls) / elapsed.Seconds(); rate < 0.9*soakRate {
 		t.Errorf("achieved %.0f calls/s; want at least 90%% of %d", rate, soakRate)

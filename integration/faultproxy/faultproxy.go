@@ -1,14 +1,17 @@
 package faultproxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +25,8 @@ const (
 	// None forwards requests to the upstream (after Fault.Latency, if set).
 	None Kind = iota
 	// Drop reads the request, then resets the connection without an
-	// answer: the client cannot know whether the request was applied.
+	// answer and without forwarding it: the request was not applied, but
+	// the client cannot know that.
 	Drop
 	// InternalError answers HTTP 500 with DynamoDB's InternalServerError.
 	InternalError
@@ -39,6 +43,15 @@ const (
 	// stopped process directly gets "connection refused" instead; both are
 	// network errors the SDK cannot tell from a lost request.)
 	Refuse
+	// ApplyThenDrop forwards the request to the upstream, waits for its
+	// answer, throws the answer away and resets the client's connection:
+	// the request was applied (if the upstream accepted it) and the client
+	// never learns it, as with a DynamoDB write whose answer was lost on
+	// the way back. A client that retries sends a write again that was
+	// already applied; Stats.Replays counts those retries. The upstream
+	// call does not depend on the client: it completes even if the client
+	// gives up first (the proxy's Close ends it).
+	ApplyThenDrop
 )
 
 // String returns the kind's name.
@@ -56,6 +69,8 @@ func (k Kind) String() string {
 		return "throughput-exceeded"
 	case Refuse:
 		return "refuse"
+	case ApplyThenDrop:
+		return "apply-then-drop"
 	default:
 		return fmt.Sprintf("faultproxy.Kind(%d)", uint8(k))
 	}
@@ -70,14 +85,34 @@ type Fault struct {
 	// timeout) or the proxy closes, so a latency longer than the client's
 	// deadline costs no goroutine beyond that deadline.
 	Latency time.Duration
+	// Attempts, if positive, limits the fault (Kind and Latency) to the
+	// first Attempts attempts of each SDK call, as numbered by the
+	// Amz-Sdk-Request header the AWS SDK sends ("attempt=N; max=M"; a
+	// request without it is attempt 1); later attempts are forwarded
+	// untouched. Zero applies the fault to every request. Attempts: 1 with
+	// ApplyThenDrop is a write applied, its answer lost, and the SDK's
+	// retry answered: the client sees a success, the write was applied
+	// twice. Refuse ignores it (connections are refused before a request
+	// is read).
+	Attempts int
 }
 
-// String describes the fault, such as "throttling" or "none+200ms".
+// String describes the fault, such as "throttling", "none+200ms" or
+// "apply-then-drop(attempts<=1)".
 func (f Fault) String() string {
+	s := f.Kind.String()
 	if f.Latency > 0 {
-		return fmt.Sprintf("%s+%s", f.Kind, f.Latency)
+		s += "+" + f.Latency.String()
 	}
-	return f.Kind.String()
+	if f.Attempts > 0 {
+		s += fmt.Sprintf("(attempts<=%d)", f.Attempts)
+	}
+	return s
+}
+
+// hits reports whether the fault applies to the given attempt.
+func (f Fault) hits(attempt int) bool {
+	return f.Attempts <= 0 || attempt <= f.Attempts
 }
 
 // DynamoDB's JSON protocol (awsJson1_0) error bodies. The SDK reads the
@@ -89,14 +124,45 @@ const (
 	typeThrottling         = "com.amazon.coral.availability#ThrottlingException"
 )
 
+// Headers the AWS SDK for Go v2 sets on every attempt: the same
+// invocation identifier on all attempts of one call, and the attempt's
+// number.
+const (
+	headerInvocationID = "Amz-Sdk-Invocation-Id"
+	headerSDKRequest   = "Amz-Sdk-Request"
+)
+
+// Bounds of the memory of invocations whose applied write lost its answer
+// (see Stats.Replays): entries older than rememberFor are forgotten once
+// more than rememberMax are held. An SDK retries within milliseconds.
+const (
+	rememberMax = 4096
+	rememberFor = time.Minute
+)
+
 // Stats are the proxy's cumulative counters.
 type Stats struct {
 	// Requests counts requests received (Refuse'd connections carry none).
 	Requests int64
-	// Forwarded counts requests passed to the upstream.
+	// Forwarded counts requests passed to the upstream, ApplyThenDrop's
+	// included.
 	Forwarded int64
-	// Injected counts requests answered or dropped by a fault.
+	// Succeeded counts forwarded requests the upstream answered with a
+	// 2xx status, whether or not the answer reached the client. For a
+	// DynamoDB write, each is one application of the write.
+	Succeeded int64
+	// Injected counts requests answered, dropped or discarded by a fault.
 	Injected int64
+	// Discarded counts upstream answers ApplyThenDrop threw away, and
+	// DiscardedSucceeded those of them with a 2xx status: writes applied
+	// whose client never learnt it.
+	Discarded          int64
+	DiscardedSucceeded int64
+	// Replays counts requests that carry the SDK invocation identifier
+	// (Amz-Sdk-Invocation-Id) of an earlier request whose 2xx answer
+	// ApplyThenDrop discarded: SDK retries of a write that had been
+	// applied. Each may apply the write once more.
+	Replays int64
 	// Refused counts connections reset by Refuse.
 	Refused int64
 	// UpstreamErrors counts forwarded requests the upstream did not answer
@@ -116,6 +182,29 @@ func (s Stats) Total(ops ...string) int64 {
 	return n
 }
 
+// Sub returns the counters accumulated since earlier, a Stats of the same
+// proxy taken before s.
+func (s Stats) Sub(earlier Stats) Stats {
+	d := Stats{
+		Requests:           s.Requests - earlier.Requests,
+		Forwarded:          s.Forwarded - earlier.Forwarded,
+		Succeeded:          s.Succeeded - earlier.Succeeded,
+		Injected:           s.Injected - earlier.Injected,
+		Discarded:          s.Discarded - earlier.Discarded,
+		DiscardedSucceeded: s.DiscardedSucceeded - earlier.DiscardedSucceeded,
+		Replays:            s.Replays - earlier.Replays,
+		Refused:            s.Refused - earlier.Refused,
+		UpstreamErrors:     s.UpstreamErrors - earlier.UpstreamErrors,
+		Ops:                make(map[string]int64, len(s.Ops)),
+	}
+	for op, n := range s.Ops {
+		if n -= earlier.Ops[op]; n != 0 {
+			d.Ops[op] = n
+		}
+	}
+	return d
+}
+
 // String lists the counters, operations sorted by name.
 func (s Stats) String() string {
 	names := make([]string, 0, len(s.Ops))
@@ -124,7 +213,8 @@ func (s Stats) String() string {
 	}
 	sort.Strings(names)
 	var b strings.Builder
-	fmt.Fprintf(&b, "requests=%d forwarded=%d injected=%d refused=%d upstream-errors=%d", s.Requests, s.Forwarded, s.Injected, s.Refused, s.UpstreamErrors)
+	fmt.Fprintf(&b, "requests=%d forwarded=%d succeeded=%d injected=%d discarded=%d (succeeded %d) replays=%d refused=%d upstream-errors=%d",
+		s.Requests, s.Forwarded, s.Succeeded, s.Injected, s.Discarded, s.DiscardedSucceeded, s.Replays, s.Refused, s.UpstreamErrors)
 	for _, op := range names {
 		fmt.Fprintf(&b, " %s=%d", op, s.Ops[op])
 	}
@@ -137,19 +227,26 @@ type Proxy struct {
 	ln        net.Listener
 	srv       *http.Server
 	transport *http.Transport
-	rp        *httputil.ReverseProxy
+	rp        *httputil.ReverseProxy // forwards, and answers the client
+	applyRP   *httputil.ReverseProxy // forwards for ApplyThenDrop, into a discardWriter
 	url       string
 	closed    chan struct{}
 	closeOnce sync.Once
+	// base is the context of ApplyThenDrop's upstream calls: independent
+	// of the client, canceled by Close.
+	base       context.Context
+	cancelBase context.CancelFunc
 
 	upstream atomic.Pointer[url.URL]
 	fault    atomic.Pointer[Fault]
 
-	requests, forwarded, injected, refused, upstreamErrors atomic.Int64
+	requests, forwarded, succeeded, injected, refused, upstreamErrors atomic.Int64
+	discarded, discardedSucceeded, replays                            atomic.Int64
 
-	mu    sync.Mutex
-	ops   map[string]int64      // guarded by mu
-	conns map[net.Conn]struct{} // open client connections; guarded by mu
+	mu      sync.Mutex
+	ops     map[string]int64            // guarded by mu
+	conns   map[net.Conn]http.ConnState // open client connections and their state; guarded by mu
+	applied map[string]time.Time        // invocation id -> when ApplyThenDrop discarded its 2xx answer; guarded by mu
 }
 
 // New starts a proxy on 127.0.0.1 forwarding to upstream, an http URL such
@@ -164,11 +261,13 @@ func New(upstream string) (*Proxy, error) {
 		return nil, fmt.Errorf("faultproxy: listen: %w", err)
 	}
 	p := &Proxy{
-		closed: make(chan struct{}),
-		ops:    map[string]int64{},
-		conns:  map[net.Conn]struct{}{},
-		url:    "http://" + ln.Addr().String(),
+		closed:  make(chan struct{}),
+		ops:     map[string]int64{},
+		conns:   map[net.Conn]http.ConnState{},
+		applied: map[string]time.Time{},
+		url:     "http://" + ln.Addr().String(),
 	}
+	p.base, p.cancelBase = context.WithCancel(context.Background())
 	p.upstream.Store(u)
 	p.fault.Store(&Fault{})
 	p.transport = &http.Transport{
@@ -179,13 +278,32 @@ func New(upstream string) (*Proxy, error) {
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: 30 * time.Second,
 	}
+	rewrite := func(r *httputil.ProxyRequest) {
+		r.SetURL(p.upstream.Load())
+		r.Out.Host = r.In.Host // DynamoDB signs the Host header: keep it
+	}
+	countSucceeded := func(resp *http.Response) error {
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			p.succeeded.Add(1)
+		}
+		return nil
+	}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(p.upstream.Load())
-			r.Out.Host = r.In.Host // DynamoDB signs the Host header: keep it
+		Rewrite:        rewrite,
+		Transport:      p.transport,
+		ModifyResponse: countSucceeded,
+		ErrorHandler:   p.upstreamFailed,
+	}
+	p.applyRP = &httputil.ReverseProxy{
+		Rewrite:        rewrite,
+		Transport:      p.transport,
+		ModifyResponse: countSucceeded,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
+			if d, ok := w.(*discardWriter); ok {
+				d.failed = true
+			}
 		},
-		Transport:    p.transport,
-		ErrorHandler: p.upstreamFailed,
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	p.ln = &refusingListener{Listener: ln, p: p}
 	p.srv = &http.Server{
@@ -226,13 +344,7 @@ func (p *Proxy) SetUpstream(upstream string) error {
 func (p *Proxy) Set(f Fault) {
 	p.fault.Store(&f)
 	if f.Kind == Refuse {
-		p.mu.Lock()
-		conns := make([]net.Conn, 0, len(p.conns))
-		for c := range p.conns {
-			conns = append(conns, c)
-		}
-		p.mu.Unlock()
-		for _, c := range conns {
+		for _, c := range p.clientConns(false) {
 			reset(c)
 		}
 		p.transport.CloseIdleConnections()
@@ -242,14 +354,43 @@ func (p *Proxy) Set(f Fault) {
 // Fault returns the fault in force.
 func (p *Proxy) Fault() Fault { return *p.fault.Load() }
 
+// CloseIdleConnections closes the client connections that wait idle for
+// their next request and the proxy's idle connections to the upstream, so
+// that a test can count goroutines without them. Call it when no request
+// is on its way: a client that sends one on a connection as it is closed
+// sees a network error.
+func (p *Proxy) CloseIdleConnections() {
+	for _, c := range p.clientConns(true) {
+		_ = c.Close()
+	}
+	p.transport.CloseIdleConnections()
+}
+
+// clientConns returns the open client connections, or only the idle ones.
+func (p *Proxy) clientConns(idleOnly bool) []net.Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	conns := make([]net.Conn, 0, len(p.conns))
+	for c, s := range p.conns {
+		if !idleOnly || s == http.StateIdle {
+			conns = append(conns, c)
+		}
+	}
+	return conns
+}
+
 // Stats returns the counters so far.
 func (p *Proxy) Stats() Stats {
 	s := Stats{
-		Requests:       p.requests.Load(),
-		Forwarded:      p.forwarded.Load(),
-		Injected:       p.injected.Load(),
-		Refused:        p.refused.Load(),
-		UpstreamErrors: p.upstreamErrors.Load(),
+		Requests:           p.requests.Load(),
+		Forwarded:          p.forwarded.Load(),
+		Succeeded:          p.succeeded.Load(),
+		Injected:           p.injected.Load(),
+		Discarded:          p.discarded.Load(),
+		DiscardedSucceeded: p.discardedSucceeded.Load(),
+		Replays:            p.replays.Load(),
+		Refused:            p.refused.Load(),
+		UpstreamErrors:     p.upstreamErrors.Load(),
 	}
 	p.mu.Lock()
 	s.Ops = make(map[string]int64, len(p.ops))
@@ -261,12 +402,14 @@ func (p *Proxy) Stats() Stats {
 }
 
 // Close stops the proxy: it closes the listener and every connection, ends
-// the waits of injected latency, and closes the idle connections to the
-// upstream. It returns once the server has stopped accepting.
+// the waits of injected latency and ApplyThenDrop's upstream calls, and
+// closes the idle connections to the upstream. It returns once the server
+// has stopped accepting.
 func (p *Proxy) Close() error {
 	var err error
 	p.closeOnce.Do(func() {
 		close(p.closed)
+		p.cancelBase()
 		err = p.srv.Close()
 		p.transport.CloseIdleConnections()
 	})
@@ -285,11 +428,17 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	if op == "" {
 		op = "(none)"
 	}
+	id := r.Header.Get(headerInvocationID)
 	p.mu.Lock()
 	p.ops[op]++
+	_, replay := p.applied[id]
 	p.mu.Unlock()
+	if replay && id != "" {
+		p.replays.Add(1)
+	}
 
-	f := *p.fault.Load()
+	attempt := sdkAttempt(r.Header)
+	f := p.faultFor(attempt)
 	if f.Latency > 0 {
 		t := time.NewTimer(f.Latency)
 		select {
@@ -301,12 +450,14 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 			t.Stop()
 			return
 		}
-		f = *p.fault.Load() // the fault may have changed while waiting
+		f = p.faultFor(attempt) // the fault may have changed while waiting
 	}
 	switch f.Kind {
 	case None:
 		p.forwarded.Add(1)
 		p.rp.ServeHTTP(w, r)
+	case ApplyThenDrop:
+		p.applyThenDrop(w, r, id)
 	case Drop, Refuse:
 		p.injected.Add(1)
 		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20)) // the request arrived in full
@@ -325,6 +476,92 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		p.injected.Add(1)
 		http.Error(w, "faultproxy: unknown fault "+f.Kind.String(), http.StatusInternalServerError)
 	}
+}
+
+// faultFor returns the fault in force for an attempt: the one set, or
+// none if the attempt is past Fault.Attempts.
+func (p *Proxy) faultFor(attempt int) Fault {
+	f := *p.fault.Load()
+	if !f.hits(attempt) {
+		return Fault{}
+	}
+	return f
+}
+
+// sdkAttempt returns the attempt number the AWS SDK put in the
+// Amz-Sdk-Request header ("attempt=2; max=2"), or 1.
+func sdkAttempt(h http.Header) int {
+	for _, part := range strings.Split(h.Get(headerSDKRequest), ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || k != "attempt" {
+			continue
+		}
+		if n, err := strconv.Atoi(v); err == nil && n >= 1 {
+			return n
+		}
+	}
+	return 1
+}
+
+// applyThenDrop forwards r, lets the upstream answer in full, discards the
+// answer and resets the client's connection.
+func (p *Proxy) applyThenDrop(w http.ResponseWriter, r *http.Request, id string) {
+	p.injected.Add(1)
+	p.forwarded.Add(1)
+	d := &discardWriter{header: http.Header{}}
+	p.applyRP.ServeHTTP(d, r.WithContext(p.base))
+	switch {
+	case d.failed:
+		p.upstreamErrors.Add(1)
+	default:
+		p.discarded.Add(1)
+		if d.status >= 200 && d.status < 300 {
+			p.discardedSucceeded.Add(1)
+			if id != "" {
+				p.remember(id)
+			}
+		}
+	}
+	hijackReset(w)
+}
+
+// remember notes that the request of SDK invocation id was applied and its
+// answer lost, so that its retries are counted as replays.
+func (p *Proxy) remember(id string) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.applied) >= rememberMax {
+		for k, at := range p.applied {
+			if now.Sub(at) > rememberFor || len(p.applied) >= rememberMax {
+				delete(p.applied, k)
+			}
+		}
+	}
+	p.applied[id] = now
+}
+
+// discardWriter is the ResponseWriter ApplyThenDrop forwards into: it
+// keeps the status and throws the body away.
+type discardWriter struct {
+	header http.Header
+	status int
+	failed bool // the upstream did not answer
+}
+
+func (d *discardWriter) Header() http.Header { return d.header }
+
+func (d *discardWriter) WriteHeader(status int) {
+	if d.status == 0 {
+		d.status = status
+	}
+}
+
+func (d *discardWriter) Write(b []byte) (int, error) {
+	if d.status == 0 {
+		d.status = http.StatusOK
+	}
+	return len(b), nil
 }
 
 // writeError answers as DynamoDB does with an error: the code in the
@@ -374,10 +611,10 @@ func (p *Proxy) connState(c net.Conn, s http.ConnState) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch s {
-	case http.StateNew:
-		p.conns[c] = struct{}{}
 	case http.StateHijacked, http.StateClosed:
 		delete(p.conns, c)
+	default:
+		p.conns[c] = s
 	}
 }
 
