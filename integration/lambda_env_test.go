@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,12 +38,41 @@ func buildBikes(t *testing.T, dir string) string {
 	bin := filepath.Join(dir, "bootstrap")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/herdguard/herdguard/examples/bikes")
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", bin, "github.com/herdguard/herdguard/examples/bikes")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build examples/bikes: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// goTool returns the go command of the toolchain running the tests, so
+// that the function is built with the same Go whatever the PATH holds (a
+// PATH may hold another version, or none). runtime.GOROOT is deprecated
+// because the root it names is meaningless for a binary copied to another
+// machine; a test binary runs where it was built, and the go command is
+// used only if it exists there, "go" from the PATH otherwise.
+func goTool() string {
+	if root := runtime.GOROOT(); root != "" {
+		if p := filepath.Join(root, "bin", "go"+exeSuffix()); fileExists(p) {
+			return p
+		}
+	}
+	return "go"
+}
+
+// exeSuffix is ".exe" on Windows.
+func exeSuffix() string {
+	if runtime.GOOS == "windows" {
+		return ".exe"
+	}
+	return ""
+}
+
+// fileExists reports whether p names a regular file.
+func fileExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // lambdaEnv is one execution environment: a bikes process and the Runtime

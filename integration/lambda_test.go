@@ -38,8 +38,20 @@ const (
 	fleetInvokeTimeout = 3 * time.Second // Lambda-Runtime-Deadline-Ms - now
 	fleetHealthyRounds = 20
 	fleetHealthyPause  = 50 * time.Millisecond // spreads the healthy phase over several CacheTTLs
-	fleetMaxRounds     = 60                    // bound on the rounds of the outage phase
+	// fleetOutageLimit bounds the outage phase, which ends as soon as every
+	// environment has answered 503 breaker-open. Each process reports its
+	// breaker counts to the table at most once per ReportInterval (1 s), so
+	// the fleet needs a few seconds of rounds to put MinRequests outcomes
+	// from MinReporters environments in the table; the limit leaves room
+	// for a loaded machine.
+	fleetOutageLimit   = 20 * time.Second
 	fleetRecoveryPause = 200 * time.Millisecond
+	// fleetFreshMargin is how much of the open period must be left before
+	// the open round and the fresh environment's first invocation (one
+	// round and one invocation, answered from the breaker's state in
+	// milliseconds): with less, the breaker could go half-open under them
+	// and let a probe through.
+	fleetFreshMargin = 2 * time.Second
 )
 
 // fleetEnvironment is the environment of every bikes process but its own
@@ -194,7 +206,7 @@ func TestLambdaFleetOverRuntimeAPI(t *testing.T) {
 	counter := newDynamoCounter(t, dynamoEndpoint)
 	env := fleetEnvironment(table, counter.srv.URL, partner.srv.URL)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	testStart := time.Now()
 
@@ -250,12 +262,13 @@ func TestLambdaFleetOverRuntimeAPI(t *testing.T) {
 	openSeen := make([]bool, k)
 	rounds := 0
 	statuses := map[string]int{}
-	for ; rounds < fleetMaxRounds; rounds++ {
+	for outageDeadline := outageStart.Add(fleetOutageLimit); time.Now().Before(outageDeadline); {
 		r := round(ctx, envs, 100+rounds)
 		if err := r.err(); err != nil {
 			dump()
 			t.Fatalf("outage round %d: %v", rounds, err)
 		}
+		rounds++
 		inv += k
 		all := true
 		for i, a := range r.answers {
@@ -277,7 +290,6 @@ func TestLambdaFleetOverRuntimeAPI(t *testing.T) {
 			all = all && openSeen[i]
 		}
 		if all {
-			rounds++
 			break
 		}
 	}
@@ -286,9 +298,16 @@ func TestLambdaFleetOverRuntimeAPI(t *testing.T) {
 	for i, seen := range openSeen {
 		if !seen {
 			dump()
-			t.Fatalf("%s never answered 503 breaker-open in %d outage rounds (answers %v)", envs[i].name, rounds, statuses)
+			t.Fatalf("%s never answered 503 breaker-open in %d outage rounds over %v (answers %v)", envs[i].name, rounds, outageEnd.Sub(outageStart).Round(time.Millisecond), statuses)
 		}
 	}
+	// The execution environment of step 3 is started now, while the
+	// breaker is open: its first invocation must come before the open
+	// period ends, and starting a process can take seconds on a loaded
+	// machine. It invokes nothing until step 3, so its memory stays empty
+	// (its initialisation reads the breaker item once and throws the answer
+	// away, to open the connection).
+	fresh := startLambdaEnv(t, bin, "env-fresh", env)
 
 	// The fleet-wide retry ratio. Requests recorded in a window include the
 	// healthy phase's if it shares the window, so count every first
@@ -314,7 +333,12 @@ func TestLambdaFleetOverRuntimeAPI(t *testing.T) {
 
 	// Open everywhere: a round reaches no partner at all (the open
 	// duration has not passed, so no probe either), and every process has
-	// logged the transition as an EMF record.
+	// logged the transition as an EMF record. The round and step 3 take
+	// well under fleetFreshMargin once the fresh environment is ready; a
+	// machine slow enough to have used up the open period waits for the
+	// next one.
+	fresh.waitReady(t, 20*time.Second)
+	fleetOpenWithMargin(t, ctx, api, table, envs, fleetFreshMargin)
 	open := startPhase("open", partner, counter)
 	r := round(ctx, envs, 500)
 	if err := r.err(); err != nil {
@@ -342,16 +366,7 @@ func TestLambdaFleetOverRuntimeAPI(t *testing.T) {
 
 	// 3. A process dies; a new execution environment starts with empty
 	// memory and must learn the open state from the table.
-	state := readBreakerState(t, api, table)
-	if state.state != "open" {
-		t.Fatalf("breaker item in the table: %+v, want state open", state)
-	}
-	if left := time.Until(state.openUntil); left < time.Second {
-		t.Fatalf("the open period ends in %v: too close to check a fresh environment (machine too slow?)", left)
-	}
 	envs[0].kill()
-	fresh := startLambdaEnv(t, bin, "env-fresh", env)
-	fresh.waitReady(t, 20*time.Second)
 	freshPhase := startPhase("fresh", partner, counter)
 	a, err := fresh.invoke(ctx, "fresh-1", fleetInvokeTimeout)
 	if err != nil {
@@ -414,6 +429,47 @@ func TestLambdaFleetOverRuntimeAPI(t *testing.T) {
 	}
 	t.Logf("outage answers: %v; BudgetExhausted EMF records: %d; global budget abstentions: %d; breaker store faults: %d",
 		statuses, exhausted, abstained, breakerFaults)
+}
+
+// fleetOpenWithMargin returns once the breaker's state item is open with at
+// least margin of its open period left. The partner is down: if less is
+// left (a slow machine took the open period's time), it keeps the fleet
+// (envs) invoking until the breaker has gone half-open, its probe has
+// failed and it has opened again, for twice as long, and checks again;
+// twice at most. It prints what it found.
+func fleetOpenWithMargin(t *testing.T, ctx context.Context, api *dynamodb.Client, table string, envs []*lambdaEnv, margin time.Duration) {
+	t.Helper()
+	for waits := 0; ; waits++ {
+		state := readBreakerState(t, api, table)
+		if state.state != "open" {
+			t.Fatalf("breaker item in the table: %+v, want state open", state)
+		}
+		left := time.Until(state.openUntil)
+		if left >= margin {
+			t.Logf("open period (epoch %s): %v left, at least the %v the open round and the fresh environment's check need", state.epoch, left.Round(time.Millisecond), margin)
+			return
+		}
+		if waits == 2 {
+			t.Fatalf("the open period ends in %v, less than the %v the open round and the fresh environment's check need, after %d re-opens", left, margin, waits)
+		}
+		t.Logf("open period (epoch %s): only %v left, less than the %v the open round and the fresh environment's check need: waiting for a failed probe to open the breaker again",
+			state.epoch, left.Round(time.Millisecond), margin)
+		limit := time.Now().Add(left + time.Duration(float64(fleetOpenDuration)*2.4) + 10*time.Second)
+		for n := 0; ; n++ {
+			if time.Now().After(limit) {
+				t.Fatalf("the breaker did not open again after its open period (epoch %s) ended", state.epoch)
+			}
+			if now := readBreakerState(t, api, table); now.state == "open" && now.epoch != state.epoch {
+				break
+			}
+			if time.Now().After(state.openUntil) {
+				if err := round(ctx, envs, 3000+100*waits+n).err(); err != nil {
+					t.Fatalf("invoking while waiting for the breaker to re-open: %v", err)
+				}
+			}
+			time.Sleep(fleetRecoveryPause)
+		}
+	}
 }
 
 // breakerItem is the breaker's state item c#<name> as stored.

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,6 +21,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -342,8 +345,19 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 	cfg.MinRequests = 4
 	clock := &fakeClock{t: midWindow}
 	f := newFixture(t, cfg, clock)
+	// Invocations a quarter of the breaker's ReportInterval apart, as a
+	// busy environment sees them: the handler flushes after each one, but
+	// the breaker reports the window's counts at most once per
+	// ReportInterval, so the breaker opens only once a report has carried
+	// MinRequests failures to the store, a few invocations after the
+	// MinRequests-th. 16 invocations span 3.75 s, well inside midWindow's
+	// 10 s window and well past the few reports the breaker needs.
+	const (
+		step        = breaker.DefaultReportInterval / 4
+		invocations = 16
+	)
 	var resp events.APIGatewayV2HTTPResponse
-	for i := 0; i < 10; i++ {
+	for i := 0; i < invocations; i++ {
 		resp = f.handle(t, context.Background(), request("nord-3"))
 		if resp.StatusCode == http.StatusServiceUnavailable {
 			break
@@ -351,10 +365,10 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 		if resp.StatusCode != http.StatusBadGateway {
 			t.Fatalf("call %d: got %d, want 502 while the breaker is closed", i, resp.StatusCode)
 		}
-		clock.Sleep(context.Background(), 10*time.Millisecond)
+		clock.Sleep(context.Background(), step)
 	}
 	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("breaker never opened; partner calls %d", p.calls.Load())
+		t.Fatalf("breaker never opened in %d invocations %v apart; partner calls %d", invocations, step, p.calls.Load())
 	}
 	secs := retryAfterHeader(t, resp)
 	if maxSecs := int(cfg.OpenDuration.Seconds()*(1+breaker.DefaultJitter)) + 1; secs > maxSecs {
@@ -367,6 +381,7 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 	if calls < cfg.MinRequests {
 		t.Errorf("breaker opened after %d calls, before MinRequests %d", calls, cfg.MinRequests)
 	}
+	t.Logf("breaker opened after %d partner calls over %v", calls, clock.Now().Sub(midWindow))
 	snap, err := f.breakers.Load(context.Background(), "bikes-partner")
 	if err != nil || snap.State != breaker.Open {
 		t.Errorf("state in the store: %+v, %v; want open", snap, err)
@@ -397,16 +412,42 @@ func TestHandleAnswers503WhenBudgetExhausted(t *testing.T) {
 	}
 	secs := retryAfterHeader(t, resp)
 	if b := decodeError(t, resp); b.Reason != reasonBudgetExhausted || b.RetryAfterSeconds != secs {
-		t.Errorf("body %+v, want reason %q", b, reasonBudgetExhausted)
+		t.Errorf("body %+v, want reason %q and retryAfterSeconds %d as in the header", b, reasonBudgetExhausted, secs)
 	}
 	if _, attempts := p.seen(); strings.Join(attempts, ",") != "1,2" {
 		t.Errorf("partner saw attempts %v, want 1,2", attempts)
 	}
-	// Second call: no retry at all.
-	f.handle(t, context.Background(), request("nord-3"))
+
+	// Second call, through the function's executor and fetch at the same
+	// (fake) instant: no retry at all, and the very refusal the first call
+	// met, since a refusal changes nothing in the budget. Its hint is what
+	// the Retry-After header must carry: rounded up to whole seconds, not
+	// the handler's fallback.
+	_, err := retry.Do(context.Background(), f.fn.exec, func(ctx context.Context, attempt int) ([]byte, error) {
+		return f.fn.fetch(ctx, "nord-3", attempt)
+	})
+	if !errors.Is(err, budget.ErrExhausted) {
+		t.Fatalf("second call: %v, want the budget's refusal", err)
+	}
 	if _, attempts := p.seen(); strings.Join(attempts, ",") != "1,2,1" {
 		t.Errorf("partner saw attempts %v, want 1,2,1", attempts)
 	}
+	hint, ok := retry.RetryAfter(err)
+	if !ok {
+		t.Fatalf("the refusal %v carries no Retry-After hint", err)
+	}
+	want := int(math.Ceil(hint.Seconds()))
+	if want == int(fallbackRetryAfter.Seconds()) {
+		t.Fatalf("the refusal's hint %v rounds to the fallback %v: this test could not tell them apart", hint, fallbackRetryAfter)
+	}
+	if secs != want {
+		t.Errorf("Retry-After %d s, want ceil(%v) = %d s, the refusal's own hint (the fallback is %v)", secs, hint, want, fallbackRetryAfter)
+	}
+	t.Logf("budget refusal: hint %v, Retry-After %d s (fallback %v)", hint, secs, fallbackRetryAfter)
+	if again := retryAfterHeader(t, f.fn.failure(context.Background(), "nord-3", err)); again != want {
+		t.Errorf("the handler answers the second refusal with Retry-After %d s, want %d s", again, want)
+	}
+
 	recs := emfRecords(t, f.emf.String())
 	if n := countMetric(t, recs, metricBudgetExhausted, map[string]string{"Budget": local.RatioLayer}); n != 2 {
 		t.Errorf("%d BudgetExhausted records from %s, want 2; EMF:\n%s", n, local.RatioLayer, f.emf.String())
