@@ -128,7 +128,10 @@ type Breaker struct {
 	// later is that epoch, with that start, this environment armed it.
 	pendingArm pendingArm
 	batch      fleetBatch
-	prev       fleetBatch // the previous fleet window's unreported remainder
+	// prev holds the unreported remainders of ended fleet windows, oldest
+	// first, each with failures; each goes once, at once (usually with the
+	// call that notices its window's end, so there is at most one).
+	prev []fleetBatch
 	// sent is what was handed to Report for the latest fleet window in
 	// this generation, whatever the Report's fate: a batch re-derived from
 	// the rolling window (after a Store fault) leaves it out.
@@ -826,7 +829,7 @@ func (b *Breaker) newGenerationLocked() {
 	b.succMark.Store(0)
 	b.consecFail.Store(0)
 	clear(b.probes)
-	b.batch, b.prev, b.sent = fleetBatch{}, fleetBatch{}, fleetBatch{}
+	b.batch, b.prev, b.sent = fleetBatch{}, nil, fleetBatch{}
 }
 
 // advanceLocked moves a local (or degraded) open breaker whose open
@@ -907,7 +910,7 @@ func (b *Breaker) publishLocked(now time.Time) {
 	if ov, _ := b.overrideLocked(now); ov != NoOverride || b.state != Closed {
 		f |= flagSlowAllow | flagSlowDone
 	}
-	if b.batch.active || b.prev.failures > 0 {
+	if b.batch.active || len(b.prev) > 0 {
 		f |= flagSlowDone
 	}
 	b.word.Store(b.gen<<genShift | f)

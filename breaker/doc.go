@@ -67,13 +67,15 @@
 //     window (windows of length Window aligned to the Unix epoch, so every
 //     environment uses the same keys): at its first failure in a window,
 //     then at most once per ReportInterval (1 s); what it gathered for a
-//     window that has ended (the remainder) goes with its next report, or
-//     with Flush; a window without failures is never reported (and each
-//     failed local probe while held is, see below);
-//   - sends on Flush only what is due: the remainder of an ended window,
-//     whatever ReportInterval says, and the current window's counts if
-//     its last report is at least ReportInterval old (as of the latest time
-//     it has seen). A Lambda handler that calls Flush after every
+//     window that has ended and not yet reported (the remainder) is due at
+//     once, whatever ReportInterval says, and goes once: with the first
+//     Done or Flush that notices the window's end, or, if a Report is in
+//     flight then, with the next one; remainders waiting are queued, never
+//     replaced by a later window's; a window without failures is never
+//     reported (and each failed local probe while held is, see below);
+//   - sends on Flush only what is due: every remainder of an ended window
+//     not yet sent, and the current window's counts if its last report is
+//     at least ReportInterval old (as of the latest time it has seen). A Lambda handler that calls Flush after every
 //     invocation reports at the pace of an environment that never calls
 //     it; Flush only makes sure that what is due goes before the
 //     environment may be frozen;

@@ -49,12 +49,12 @@ const (
 // Lambda handler calls it before returning, since the execution
 // environment may be frozen afterwards.
 //
-// Flush writes at most two Reports, and only these:
+// Flush writes only these Reports (usually at most two):
 //
-//   - the remainder of a fleet window that has ended (counts gathered in
-//     it since this environment's last Report into it), whatever
-//     ReportInterval says: nothing else would send it before the window's
-//     item expires;
+//   - the remainder of each fleet window that has ended (counts gathered
+//     in it since this environment's last Report into it) and has not
+//     gone yet (a Report was in flight when the window's end was noticed),
+//     whatever ReportInterval says;
 //   - the current window's pending counts, if this environment's last
 //     Report is at least ReportInterval old as of the latest time the
 //     breaker has seen (the now of its latest Allow or Done off the
@@ -76,11 +76,12 @@ func (b *Breaker) Flush(ctx context.Context) error {
 	b.mu.Lock()
 	now := b.lastNow
 	b.rollBatchLocked(now)
-	due := b.reportDueLocked(now) // decided once: the remainder's Report does not use up the interval
+	due := b.reportDueLocked(now) // decided once: a remainder's Report does not use up the interval
+	n := len(b.prev)
 	b.publishLocked(now)
 	b.mu.Unlock()
 	var errs []error
-	for range 2 { // the ended window's remainder, then the current one
+	for range n + 1 { // the ended windows' remainders, then the current one
 		b.mu.Lock()
 		j := b.takeReportLocked(now, true, due)
 		b.mu.Unlock()
@@ -140,7 +141,7 @@ func storeError(op string, err error) error {
 // is derived again from the rolling window, less what was sent.
 func (b *Breaker) faultLocked(now time.Time, op string, err error) error {
 	b.degraded, b.held = true, false // the first Load that succeeds decides whether to hold
-	b.batch, b.prev = fleetBatch{}, fleetBatch{}
+	b.batch, b.prev = fleetBatch{}, nil
 	b.sched, b.pendingArm = fleetSchedule{}, pendingArm{}
 	b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano()) // try the store again after CacheTTL
 	b.publishLocked(now)
@@ -462,19 +463,23 @@ func (b *Breaker) accountFleetLocked(now time.Time, o Outcome) job {
 		}
 		b.batch = fleetBatch{window: fw, successes: c.Successes, failures: max(c.Failures, 1), active: true}
 	}
+	// An ended window's remainder goes at once: held back for
+	// ReportInterval, it could be overtaken by the end of the next window.
 	due := b.reportDueLocked(now)
-	j := b.takeReportLocked(now, due, due)
+	j := b.takeReportLocked(now, true, due)
 	b.publishLocked(now)
 	return j
 }
 
 // rollBatchLocked makes the counts gathered for a fleet window that has
-// ended by now the previous window's remainder, reported before the
-// current window's counts.
+// ended by now a remainder, queued behind any older one not yet sent, and
+// reported before the current window's counts, whatever ReportInterval
+// says. The queue is nearly always empty: a remainder goes with the call
+// that notices the window's end, unless a Report is in flight then.
 func (b *Breaker) rollBatchLocked(now time.Time) {
 	if b.batch.active && b.win.fleetStart(b.win.number(now.UnixNano())) > b.batch.window {
 		if b.batch.failures > 0 {
-			b.prev = b.batch
+			b.prev = append(b.prev, b.batch)
 		}
 		b.batch = fleetBatch{}
 	}
@@ -486,11 +491,12 @@ func (b *Breaker) reportDueLocked(now time.Time) bool {
 	return b.lastReport.IsZero() || !now.Before(b.lastReport.Add(b.s.ReportInterval))
 }
 
-// takeReportLocked returns the Report to make now, if any: the previous
-// fleet window's remainder first if prevOK, else the current window's
+// takeReportLocked returns the Report to make now, if any: the oldest
+// ended window's remainder first if prevOK, else the current window's
 // counts if curOK, and only counts that hold failures. (Callers pass
-// reportDueLocked for both, so that at most one Report goes per
-// ReportInterval; Flush always lets the remainder go.) The counts are
+// reportDueLocked for curOK, so that at most one Report of the current
+// window goes per ReportInterval, and true for prevOK: a remainder goes
+// at once, once per window.) The counts are
 // taken out of the batch when the report is decided, and added to what
 // was sent for the window (at most once: a report whose fate is unknown
 // is not repeated, nor its counts gathered again).
@@ -500,11 +506,17 @@ func (b *Breaker) takeReportLocked(now time.Time, prevOK, curOK bool) job {
 	}
 	var bt *fleetBatch
 	switch {
-	case b.prev.failures > 0:
+	case len(b.prev) > 0:
 		if !prevOK {
 			return job{}
 		}
-		bt = &b.prev
+		rem := b.prev[0]
+		b.prev[0] = fleetBatch{}
+		b.prev = b.prev[1:]
+		if len(b.prev) == 0 {
+			b.prev = nil
+		}
+		bt = &rem
 	case b.batch.failures > 0 && curOK:
 		bt = &b.batch
 	default:

@@ -382,6 +382,35 @@ func TestSharedWindowRolloverReportsTheRemainder(t *testing.T) {
 	}
 }
 
+// TestSharedEndedWindowRemainderIsNotOverwritten: the remainder of an
+// ended fleet window goes at once, whatever ReportInterval says, so that
+// the next window's counts, ending in turn before this environment's next
+// call, cannot take its place. (The remainder used to wait for
+// ReportInterval in a single slot, and window 0's second failure was
+// lost.)
+func TestSharedEndedWindowRemainderIsNotOverwritten(t *testing.T) {
+	store := newFakeStore()
+	a := newEnv(t, store, "a", func(s *breaker.Settings) {
+		s.Window, s.WindowSlots = time.Second, 10
+		s.ReportInterval = time.Second
+		s.MinReporters = 5 // never trips: only the counts matter here
+	})
+	calls(t, a.Breaker, t0.Add(980*time.Millisecond), breaker.Failure, 1)  // window 0's first failure: reported at once
+	calls(t, a.Breaker, t0.Add(990*time.Millisecond), breaker.Failure, 1)  // pending (ReportInterval)
+	calls(t, a.Breaker, t0.Add(1010*time.Millisecond), breaker.Failure, 1) // window 0 ended: its remainder is due
+	calls(t, a.Breaker, t0.Add(2100*time.Millisecond), breaker.Success, 1) // window 1 ended too
+	flushAt(t, a.Breaker, t0.Add(2100*time.Millisecond))
+	for i, want := range []int64{2, 1} {
+		w := store.windows[fmt.Sprintf("partner#w#%d", t0.Add(time.Duration(i)*time.Second).UnixMilli())]
+		if w == nil || w.failures != want || w.successes != 0 {
+			t.Errorf("window %d = %+v, want %d failures and no successes", i, w, want)
+		}
+	}
+	if got := store.reports.Load(); got != 3 {
+		t.Errorf("reports = %d, want 3 (window 0 at once, its remainder at the roll, window 1's at the next call)", got)
+	}
+}
+
 func TestSharedHealthyPathCost(t *testing.T) {
 	store := newFakeStore()
 	envs := []env{newEnv(t, store, "a", nil), newEnv(t, store, "b", nil)}
