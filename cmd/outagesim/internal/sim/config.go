@@ -71,12 +71,18 @@ type Config struct {
 
 // Default values.
 const (
-	DefaultEnvs           = 50
-	DefaultRate           = 1000
-	DefaultDuration       = 60 * time.Second
-	DefaultMaxEnvs        = 1000
-	DefaultCapacity       = 1500
-	DefaultOutageCapacity = 600
+	DefaultEnvs     = 50
+	DefaultRate     = 1000
+	DefaultDuration = 60 * time.Second
+	DefaultMaxEnvs  = 1000
+	DefaultCapacity = 1500
+	// DefaultOutageCapacity makes the default outage a major one: a fifth
+	// of the normal capacity, so that even the retries a 10% budget lets
+	// through leave most calls failing and the shared breaker, which trips
+	// at 50% failures, opens. 600 (-outage-capacity 600) is a partial
+	// outage: the fleet sees about 45% failures and the breaker rightly
+	// stays closed.
+	DefaultOutageCapacity = 300
 	DefaultOutageStart    = 20 * time.Second
 	DefaultOutageLength   = 20 * time.Second
 	DefaultRetryAfter     = time.Second
@@ -109,8 +115,9 @@ const (
 )
 
 // DefaultConfig returns the defaults: 50 environments, 1,000 new calls/s for
-// 60 s, a partner serving 1,500 calls/s that drops to 600/s from second 20
-// to second 39, 3 attempts, a 10% ratio over 10 s, every strategy.
+// 60 s, a partner serving 1,500 calls/s that drops to 300/s (a major outage)
+// from second 20 to second 39, 3 attempts, a 10% ratio over 10 s, every
+// strategy.
 func DefaultConfig() Config {
 	return Config{
 		Envs:           DefaultEnvs,

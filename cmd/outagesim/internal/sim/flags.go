@@ -43,7 +43,7 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 	fs.IntVar(&c.MaxEnvs, "max-envs", c.MaxEnvs, "with -scale-out, the most environments; beyond it calls are throttled")
 
 	fs.IntVar(&c.Capacity, "capacity", c.Capacity, "calls the partner serves per simulated second, normally")
-	fs.IntVar(&c.OutageCapacity, "outage-capacity", c.OutageCapacity, "calls the partner serves per simulated second during the outage")
+	fs.IntVar(&c.OutageCapacity, "outage-capacity", c.OutageCapacity, "calls the partner serves per simulated second during the outage; the default, a fifth of the default -capacity, is a major outage in which the shared breaker opens; 600 is a partial one in which calls under a 10% budget fail about 45% of the time and the breaker stays closed")
 	fs.DurationVar(&c.OutageStart, "outage-start", c.OutageStart, "start of the outage (whole seconds)")
 	fs.DurationVar(&c.OutageLength, "outage-length", c.OutageLength, "length of the outage (whole seconds)")
 	fs.IntVar(&c.RejectStatus, "reject-status", c.RejectStatus, "status of calls beyond capacity: 503 or 429")

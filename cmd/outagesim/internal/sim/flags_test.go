@@ -25,6 +25,16 @@ func TestParseFlagsDefaults(t *testing.T) {
 		c.BucketCapacity != 500 || c.TransientCost != 14 || c.ThrottlingCost != 5 || c.Speed != 10 {
 		t.Errorf("defaults differ from the issue's: %+v", c)
 	}
+	// The default outage is a major one: the partner keeps a fifth of its
+	// capacity, less than a third of the new calls, so that the fleet's
+	// failure ratio under a 10% budget is well above the breaker's 50%.
+	if c.Capacity != 1500 || c.OutageCapacity != 300 || c.OutageStart != 20*time.Second || c.OutageLength != 20*time.Second {
+		t.Errorf("default outage: capacity %d, %d/s from %v for %v; want 1500, 300/s from 20s for 20s",
+			c.Capacity, c.OutageCapacity, c.OutageStart, c.OutageLength)
+	}
+	if failing := 1 - float64(c.OutageCapacity)/(float64(c.Rate)*(1+c.Ratio)); failing <= 0.5 {
+		t.Errorf("default outage: %.0f%% of the attempts a %g budget lets through fail, want a major outage (over 50%%)", 100*failing, c.Ratio)
+	}
 	if got := strings.Join(c.Strategies, ","); got != "none,sdk,bucket,ratio,global,global-breaker" {
 		t.Errorf("default strategies %q", got)
 	}

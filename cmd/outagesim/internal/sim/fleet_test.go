@@ -6,13 +6,16 @@ import (
 	"time"
 )
 
+// shortConfig is the default scenario scaled down to run in a couple of
+// seconds: a fifth of the rate and capacities (a major outage, the partner
+// keeping a fifth of its capacity), a shorter run and outage.
 func shortConfig() Config {
 	cfg := DefaultConfig()
 	cfg.Envs = 20
 	cfg.Rate = 200
 	cfg.Duration = 15 * time.Second
 	cfg.Capacity = 300
-	cfg.OutageCapacity = 120
+	cfg.OutageCapacity = 60
 	cfg.OutageStart = 3 * time.Second
 	cfg.OutageLength = 8 * time.Second
 	cfg.BucketCapacity = 100

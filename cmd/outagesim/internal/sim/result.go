@@ -229,27 +229,29 @@ type Report struct {
 
 // ReportConfig is the configuration as JSON shows it.
 type ReportConfig struct {
-	Envs           int      `json:"envs"`
-	Rate           int      `json:"rate"`
-	Duration       Duration `json:"duration_seconds"`
-	ScaleOut       bool     `json:"scale_out"`
-	MaxEnvs        int      `json:"max_envs,omitempty"`
-	Capacity       int      `json:"capacity"`
-	OutageCapacity int      `json:"outage_capacity"`
-	OutageStart    Duration `json:"outage_start_seconds"`
-	OutageLength   Duration `json:"outage_length_seconds"`
-	RejectStatus   int      `json:"reject_status"`
-	RetryAfter     Duration `json:"retry_after_seconds"`
-	Latency        Duration `json:"latency_seconds"`
-	Slowdown       Duration `json:"slowdown_seconds"`
-	Attempts       int      `json:"attempts"`
-	Ratio          float64  `json:"ratio"`
-	Window         Duration `json:"window_seconds"`
-	Seed           uint64   `json:"seed"`
-	Speed          float64  `json:"speed"`
-	Store          string   `json:"store"`
-	PriceRead      float64  `json:"price_read_per_million_units,omitempty"`
-	PriceWrite     float64  `json:"price_write_per_million_units,omitempty"`
+	Envs            int      `json:"envs"`
+	Rate            int      `json:"rate"`
+	Duration        Duration `json:"duration_seconds"`
+	ScaleOut        bool     `json:"scale_out"`
+	MaxEnvs         int      `json:"max_envs,omitempty"`
+	Capacity        int      `json:"capacity"`
+	OutageCapacity  int      `json:"outage_capacity"`
+	OutageStart     Duration `json:"outage_start_seconds"`
+	OutageLength    Duration `json:"outage_length_seconds"`
+	RejectStatus    int      `json:"reject_status"`
+	RetryAfter      Duration `json:"retry_after_seconds"`
+	Latency         Duration `json:"latency_seconds"`
+	Slowdown        Duration `json:"slowdown_seconds"`
+	Attempts        int      `json:"attempts"`
+	Ratio           float64  `json:"ratio"`
+	Window          Duration `json:"window_seconds"`
+	FailClosed      bool     `json:"fail_closed,omitempty"`       // -fail-closed
+	GlobalWithLocal bool     `json:"global_with_local,omitempty"` // -global-with-local
+	Seed            uint64   `json:"seed"`
+	Speed           float64  `json:"speed"`
+	Store           string   `json:"store"`
+	PriceRead       float64  `json:"price_read_per_million_units,omitempty"`
+	PriceWrite      float64  `json:"price_write_per_million_units,omitempty"`
 }
 
 // NewReport wraps results with the configuration that produced them.
@@ -264,7 +266,7 @@ func NewReport(c Config, results []*Result) Report {
 		OutageStart: Duration(c.OutageStart), OutageLength: Duration(c.OutageLength),
 		RejectStatus: c.RejectStatus, RetryAfter: Duration(c.RetryAfter), Latency: Duration(c.Latency),
 		Slowdown: Duration(c.Slowdown), Attempts: c.Attempts, Ratio: c.Ratio, Window: Duration(c.Window),
-		Seed: c.Seed, Speed: c.Speed, Store: store,
+		Seed: c.Seed, Speed: c.Speed, Store: store, FailClosed: c.FailClosed, GlobalWithLocal: c.LocalUnder,
 	}
 	if c.ScaleOut {
 		rc.MaxEnvs = c.MaxEnvs

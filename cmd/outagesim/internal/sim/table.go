@@ -25,12 +25,15 @@ func WriteTable(w io.Writer, r Report) error {
 		c.Attempts, c.Ratio, fmtDur(time.Duration(c.Window)), c.Seed, c.Speed, c.Store)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tload\tfailed\tblocked 1st\t1st in outage\topen everywhere\tstore r/w per call\tstore r/w per call\tenvs\twall\t")
-	fmt.Fprintln(tw, "\tin outage\tfor good\tby breaker\tat partner\tafter\thealthy\toutage\t\t\t")
+	fmt.Fprintln(tw, "strategy\tload\tfailed\tblocked 1st\t1st in outage\topen everywhere\t1st in outage\tstore r/w per call\tstore r/w per call\tenvs\twall\t")
+	fmt.Fprintln(tw, "\tin outage\tfor good\tby breaker\tat partner\tafter\tafter open\thealthy\toutage\t\t\t")
 	for _, res := range r.Results {
-		openAll, blocked := "-", "-"
+		openAll, blocked, afterOpen := "-", "-", "-"
 		if res.HasBreaker {
 			blocked = fmt.Sprint(res.Before.BreakerBlockedFirst + res.Outage.BreakerBlockedFirst + res.After.BreakerBlockedFirst)
+			if res.FirstAttemptsAfterOpen != nil {
+				afterOpen = fmt.Sprint(*res.FirstAttemptsAfterOpen)
+			}
 			switch {
 			case res.BreakerOpenAll != nil:
 				openAll = fmtDur(time.Duration(*res.BreakerOpenAll))
@@ -45,13 +48,14 @@ func WriteTable(w io.Writer, r Report) error {
 			storeH = fmt.Sprintf("%.3f / %.3f", res.Before.StoreReadsPerCall, res.Before.StoreWritesPerCall)
 			storeO = fmt.Sprintf("%.3f / %.3f", res.Outage.StoreReadsPerCall, res.Outage.StoreWritesPerCall)
 		}
-		fmt.Fprintf(tw, "%s\t%.2fx\t%d\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%.2fx\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
 			res.Label, res.LoadFactor, res.FailedForGood, blocked, res.FirstAttemptsInOutage,
-			openAll, storeH, storeO, res.Envs, fmtDur(time.Duration(res.Wall)))
+			openAll, afterOpen, storeH, storeO, res.Envs, fmtDur(time.Duration(res.Wall)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeStoreFaults(w, r)
 	if err := writeCosts(w, r); err != nil {
 		return err
 	}
@@ -72,6 +76,8 @@ blocked 1st:        first attempts the circuit breaker rejected before sending (
 open everywhere:    time from the start of the outage until the breaker was open in every environment
                     (that saw it open, or started a call more than the breaker's cache TTL after it first
                     opened anywhere; "never (k/n)": only k of those n saw it open)
+1st after open:     first attempts that reached the partner during the outage from the first whole second
+                    the breaker was open everywhere: its probes ("-": it never was open everywhere)
 store r/w per call: shared-store reads / writes (DynamoDB requests, or the in-memory stand-in's calls) per new call,
                     healthy = before the outage
 envs:               execution environments at the end; wall: real time this strategy took
@@ -89,6 +95,46 @@ func fmtDur(d time.Duration) string {
 		return d.Round(100 * time.Millisecond).String()
 	default:
 		return d.Round(10 * time.Millisecond).String()
+	}
+}
+
+// writeStoreFaults notes the strategies some of whose shared-store calls
+// failed (DynamoDB timeouts and errors; the in-memory stores never fail),
+// and what the global budget did meanwhile: a load factor above the ratio
+// is then not the ratio's doing.
+func writeStoreFaults(w io.Writer, r Report) {
+	noted := false
+	for _, res := range r.Results {
+		var total, outage int64
+		for _, ph := range []*Phase{&res.Before, &res.Outage, &res.After} {
+			if ph.Store != nil {
+				total += ph.Store.Errors
+			}
+		}
+		if res.Outage.Store != nil {
+			outage = res.Outage.Store.Errors
+		}
+		if total == 0 {
+			continue
+		}
+		if !noted {
+			fmt.Fprintln(w)
+			noted = true
+		}
+		fmt.Fprintf(w, "store faults: %s: %d store calls failed, %d of them during the outage\n", res.Label, total, outage)
+	}
+	if !noted {
+		return
+	}
+	c := r.Config
+	switch {
+	case c.FailClosed:
+		fmt.Fprintln(w, "              the global budget refused retries while its store failed (-fail-closed)")
+	case c.GlobalWithLocal:
+		fmt.Fprintln(w, "              the global budget abstained while its store failed; the local ratio budget (-global-with-local) decided alone")
+	default:
+		fmt.Fprintln(w, "              the global budget abstained while its store failed (fail open) and no other budget bounded the retries:")
+		fmt.Fprintln(w, "              -global-with-local adds a local ratio budget as the fallback, -fail-closed refuses retries instead")
 	}
 }
 

@@ -9,16 +9,17 @@ import (
 
 func TestWriteTable(t *testing.T) {
 	openAll := Duration(3200 * time.Millisecond)
+	probes := int64(12)
 	units := &StoreUsage{Reads: 10, Writes: 20, ReadUnits: 10, WriteUnits: 20, HasUnits: true}
 	rep := Report{
-		Config: ReportConfig{Envs: 50, Rate: 1000, Duration: Duration(time.Minute), Capacity: 1500, OutageCapacity: 600,
+		Config: ReportConfig{Envs: 50, Rate: 1000, Duration: Duration(time.Minute), Capacity: 1500, OutageCapacity: 300,
 			OutageStart: Duration(20 * time.Second), OutageLength: Duration(20 * time.Second), RejectStatus: 503,
 			RetryAfter: Duration(time.Second), Attempts: 3, Ratio: 0.1, Window: Duration(10 * time.Second), Seed: 42,
 			Speed: 10, Store: "dynamodb http://x", PriceRead: 0.125, PriceWrite: 0.625},
 		Results: []*Result{
 			{Label: "no budget (3 attempts)", LoadFactor: 2.004, FailedForGood: 5868, FirstAttemptsInOutage: 20004, Envs: 50,
 				Wall: Duration(6540 * time.Millisecond), Clock: ClockStats{EffectiveSpeed: 9.3}},
-			{Label: "global ratio + breaker", HasBreaker: true, LoadFactor: 0.127, FailedForGood: 31105, BreakerOpenAll: &openAll,
+			{Label: "global ratio + breaker", HasBreaker: true, LoadFactor: 0.127, FailedForGood: 31105, BreakerOpenAll: &openAll, FirstAttemptsAfterOpen: &probes,
 				BreakerOpenedIn: 50, BreakerActive: 50, Envs: 50, Clock: ClockStats{EffectiveSpeed: 1},
 				Before: Phase{Calls: 20000, BreakerBlockedFirst: 0, Store: units, StoreReadsPerCall: 0.0005, ReadUnitsPerMillion: 48650},
 				Outage: Phase{Calls: 20000, BreakerBlockedFirst: 17621, Store: units, StoreWritesPerCall: 0.0306, ReadUnitsPerMillion: 48025, WriteUnitsPerMillion: 30500},
@@ -31,10 +32,10 @@ func TestWriteTable(t *testing.T) {
 	}
 	out := buf.String()
 	for _, want := range []string{
-		"50 environments, 1000 new calls/s for 1m0s; partner serves 1500/s, 600/s from 20s for 20s (503 + Retry-After 1s)",
-		"no budget (3 attempts)      2.00x      5868            -          20004                -",
-		"global ratio + breaker      0.13x     31105        29037",
-		"3.2s",
+		"50 environments, 1000 new calls/s for 1m0s; partner serves 1500/s, 300/s from 20s for 20s (503 + Retry-After 1s)",
+		"no budget (3 attempts)      2.00x      5868            -          20004                -              -                   -                   -    50  6.54s",
+		// blocked: 0 + 17,621 + 11,416; 12 first attempts (probes) after the breaker was open everywhere
+		"global ratio + breaker      0.13x     31105        29037              0             3.2s             12       0.001 / 0.000       0.000 / 0.031",
 		"0.000 / 0.031",
 		// 48,025 RRU × $0.125 + 30,500 WRU × $0.625, per million calls
 		"48025 / 30500 = $0.0251",
@@ -43,6 +44,47 @@ func TestWriteTable(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// Failed store calls are listed, with what the global budget did meanwhile;
+// a run without any lists nothing.
+func TestWriteTableStoreFaults(t *testing.T) {
+	faulty := &StoreUsage{Writes: 3092, Errors: 594, WriteUnits: 3092, HasUnits: true}
+	clean := &StoreUsage{HasUnits: true}
+	results := []*Result{
+		{Label: "global 10% ratio", Before: Phase{Store: clean}, Outage: Phase{Store: faulty}, After: Phase{Store: &StoreUsage{Errors: 1, HasUnits: true}}},
+		{Label: "global ratio + breaker", Before: Phase{Store: clean}, Outage: Phase{Store: clean}, After: Phase{Store: clean}},
+		{Label: "local 10% ratio"},
+	}
+	for _, tc := range []struct {
+		cfg  ReportConfig
+		want string
+	}{
+		{ReportConfig{}, "no other budget bounded the retries"},
+		{ReportConfig{GlobalWithLocal: true}, "the local ratio budget (-global-with-local) decided alone"},
+		{ReportConfig{FailClosed: true, GlobalWithLocal: true}, "refused retries while its store failed (-fail-closed)"},
+	} {
+		var buf bytes.Buffer
+		if err := WriteTable(&buf, Report{Config: tc.cfg, Results: results}); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		for _, want := range []string{"store faults: global 10% ratio: 595 store calls failed, 594 of them during the outage", tc.want} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%+v: table lacks %q:\n%s", tc.cfg, want, out)
+			}
+		}
+		if strings.Contains(out, "store faults: global ratio + breaker") || strings.Contains(out, "store faults: local") {
+			t.Errorf("%+v: a strategy without failed store calls is listed:\n%s", tc.cfg, out)
+		}
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, Report{Results: results[1:]}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "store faults") {
+		t.Errorf("no store call failed, yet:\n%s", buf.String())
 	}
 }
 
