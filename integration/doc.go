@@ -3,8 +3,8 @@
 // the tests that span packages: the store conformance suites on DynamoDB,
 // the 20-environment fleet test, the multi-process Lambda fleet over a
 // loopback Runtime API, the reliability tests (DynamoDB and partner faults,
-// bad data, rapid properties), the import-direction rules, and the soak
-// (build tag soak).
+// bad data, rapid properties), cmd/outagesim run against DynamoDB Local,
+// the import-direction rules, and the soak (build tag soak).
 //
 // Run them with the README's test command, ./.ci/test, which sets up a
 // container engine and the DynamoDB Local image where none is available.
