@@ -1,7 +1,7 @@
 package main
 
-// A copy of the CloudFormation short-tag decoder of dynamo/template_test.go:
-// test files cannot share code across packages without exporting it.
+// The CloudFormation short-tag decoder shared by the template tests of this
+// package (template_test.go and template_dynamo_test.go).
 
 import (
 	"fmt"

@@ -13,7 +13,7 @@ import (
 
 // The template's function must run this code as configured: these tests
 // check template.yaml against the handler (the table and the IAM policy are
-// checked against package dynamo in dynamo/template_test.go).
+// checked against package dynamo in template_dynamo_test.go).
 
 const repoRoot = "../.."
 
@@ -252,7 +252,7 @@ func TestTemplateAlarmsWatchEmittedMetrics(t *testing.T) {
 // against the name it runs with: the Deny keeps it from writing its own
 // breaker's override item (which the stack's BreakerOverrideExample output
 // tells an operator to write), and spares every item the function writes.
-// dynamo/template_test.go checks the policy's shape against package dynamo.
+// template_dynamo_test.go checks the policy's shape against package dynamo.
 func TestTemplateFunctionCannotWriteItsOverride(t *testing.T) {
 	tpl := loadTemplate(t)
 	raw, env := tpl.functionEnv(t)

@@ -1,139 +1,36 @@
-package dynamo_test
+package main
 
 import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/herdguard/herdguard/dynamo"
 )
 
-// templatePath is the AWS SAM template at the top of the repository.
-const templatePath = "../template.yaml"
+// These tests check template.yaml's table and IAM policy against package
+// dynamo: the table's key schema, billing mode and TTL against dynamo.Spec(),
+// and the function's policy against dynamo.Actions() and the Deny of writes
+// to override items. They decode the template with parseCFN (cfn_test.go).
 
-// cfnShortTags are CloudFormation's short-form intrinsic functions. A tag not
-// listed here is a typo the test reports.
-var cfnShortTags = map[string]string{
-	"!Ref": "Ref", "!Condition": "Condition",
-	"!GetAtt": "Fn::GetAtt", "!Sub": "Fn::Sub", "!Join": "Fn::Join", "!Select": "Fn::Select",
-	"!Split": "Fn::Split", "!If": "Fn::If", "!Equals": "Fn::Equals", "!Not": "Fn::Not",
-	"!And": "Fn::And", "!Or": "Fn::Or", "!FindInMap": "Fn::FindInMap", "!Base64": "Fn::Base64",
-	"!Cidr": "Fn::Cidr", "!GetAZs": "Fn::GetAZs", "!ImportValue": "Fn::ImportValue",
-	"!Transform": "Fn::Transform", "!ToJsonString": "Fn::ToJsonString", "!Length": "Fn::Length",
-}
-
-// parseCFN decodes a CloudFormation template into maps, slices and scalars,
-// turning short tags into their long forms: `!Ref X` becomes
-// {"Ref": "X"}, `!GetAtt T.Arn` becomes {"Fn::GetAtt": ["T", "Arn"]},
-// `!Sub s` becomes {"Fn::Sub": "s"}.
-func parseCFN(src []byte) (map[string]any, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(src, &doc); err != nil {
-		return nil, err
-	}
-	v, err := cfnValue(&doc)
-	if err != nil {
-		return nil, err
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("template is a %T, not a mapping", v)
-	}
-	return m, nil
-}
-
-func cfnValue(n *yaml.Node) (any, error) {
-	switch n.Kind {
-	case yaml.DocumentNode:
-		if len(n.Content) != 1 {
-			return nil, fmt.Errorf("line %d: want one YAML document", n.Line)
-		}
-		return cfnValue(n.Content[0])
-	case yaml.AliasNode:
-		return cfnValue(n.Alias)
-	}
-	if strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!") {
-		long, ok := cfnShortTags[n.Tag]
-		if !ok {
-			return nil, fmt.Errorf("line %d: unknown CloudFormation tag %s", n.Line, n.Tag)
-		}
-		plain := *n
-		plain.Tag = ""
-		if n.Kind == yaml.ScalarNode {
-			plain.Tag = "!!str" // arguments of intrinsic functions are strings
-		}
-		v, err := cfnValue(&plain)
-		if err != nil {
-			return nil, err
-		}
-		if n.Tag == "!GetAtt" {
-			if s, ok := v.(string); ok {
-				res, attr, found := strings.Cut(s, ".")
-				if !found {
-					return nil, fmt.Errorf("line %d: !GetAtt %q lacks an attribute", n.Line, s)
-				}
-				v = []any{res, attr}
-			}
-		}
-		return map[string]any{long: v}, nil
-	}
-	switch n.Kind {
-	case yaml.ScalarNode:
-		var v any
-		if err := n.Decode(&v); err != nil {
-			return nil, fmt.Errorf("line %d: %w", n.Line, err)
-		}
-		return v, nil
-	case yaml.SequenceNode:
-		out := make([]any, 0, len(n.Content))
-		for _, c := range n.Content {
-			v, err := cfnValue(c)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, v)
-		}
-		return out, nil
-	case yaml.MappingNode:
-		out := make(map[string]any, len(n.Content)/2)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			if k.Kind != yaml.ScalarNode {
-				return nil, fmt.Errorf("line %d: mapping key is not a scalar", k.Line)
-			}
-			if _, dup := out[k.Value]; dup {
-				return nil, fmt.Errorf("line %d: duplicate key %q", k.Line, k.Value)
-			}
-			v, err := cfnValue(n.Content[i+1])
-			if err != nil {
-				return nil, err
-			}
-			out[k.Value] = v
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("line %d: unexpected YAML node kind %d", n.Line, n.Kind)
-}
-
-// resource is one entry of Resources.
-type resource struct {
+// cfnResource is one entry of Resources.
+type cfnResource struct {
 	id    string
 	typ   string
 	props map[string]any
 }
 
-func resources(doc map[string]any) ([]resource, error) {
+func cfnResources(doc map[string]any) ([]cfnResource, error) {
 	rs, ok := doc["Resources"].(map[string]any)
 	if !ok {
 		return nil, fmt.Errorf("no Resources mapping")
 	}
-	var out []resource
+	var out []cfnResource
 	for id, v := range rs {
 		m, ok := v.(map[string]any)
 		if !ok {
@@ -141,23 +38,23 @@ func resources(doc map[string]any) ([]resource, error) {
 		}
 		typ, _ := m["Type"].(string)
 		props, _ := m["Properties"].(map[string]any)
-		out = append(out, resource{id: id, typ: typ, props: props})
+		out = append(out, cfnResource{id: id, typ: typ, props: props})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out, nil
 }
 
-// checkTemplate compares a parsed template with what package dynamo
+// checkDynamoTemplate compares a parsed template with what package dynamo
 // expects, and returns every disagreement.
-func checkTemplate(doc map[string]any) []error {
+func checkDynamoTemplate(doc map[string]any) []error {
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
-	rs, err := resources(doc)
+	rs, err := cfnResources(doc)
 	if err != nil {
 		return []error{err}
 	}
-	var tables []resource
+	var tables []cfnResource
 	for _, r := range rs {
 		if r.typ == "AWS::DynamoDB::Table" {
 			tables = append(tables, r)
@@ -365,61 +262,22 @@ func actionMatches(p, a string) bool {
 	return err == nil && ok
 }
 
-func asList(v any) []any {
-	switch x := v.(type) {
-	case nil:
-		return nil
-	case []any:
-		return x
-	default:
-		return []any{x}
-	}
-}
-
-// equal compares decoded YAML values.
-func equal(a, b any) bool {
-	return fmt.Sprintf("%#v", normalise(a)) == fmt.Sprintf("%#v", normalise(b))
-}
-
-// normalise makes maps print in a fixed order.
-func normalise(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		out := make([]any, 0, 2*len(keys))
-		for _, k := range keys {
-			out = append(out, k, normalise(x[k]))
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = normalise(e)
-		}
-		return out
-	}
-	return v
-}
-
-func readTemplate(t *testing.T) string {
+// readTemplateSource returns template.yaml at the top of the repository.
+func readTemplateSource(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(templatePath)
+	b, err := os.ReadFile(filepath.Join(repoRoot, "template.yaml"))
 	if err != nil {
 		t.Fatalf("reading the SAM template: %v", err)
 	}
 	return string(b)
 }
 
-func TestTemplateMatchesCode(t *testing.T) {
-	doc, err := parseCFN([]byte(readTemplate(t)))
+func TestTemplateDynamoMatchesCode(t *testing.T) {
+	doc, err := parseCFN([]byte(readTemplateSource(t)))
 	if err != nil {
-		t.Fatalf("parsing %s: %v", templatePath, err)
+		t.Fatalf("parsing %s: %v", "template.yaml", err)
 	}
-	for _, err := range checkTemplate(doc) {
+	for _, err := range checkDynamoTemplate(doc) {
 		t.Error(err)
 	}
 	if len(dynamo.Actions()) == 0 {
@@ -427,7 +285,7 @@ func TestTemplateMatchesCode(t *testing.T) {
 	}
 }
 
-func TestTemplateParserHandlesShortTags(t *testing.T) {
+func TestCFNParserHandlesShortTags(t *testing.T) {
 	doc, err := parseCFN([]byte(`
 Conditions:
   C: !Not [!Equals [!Ref P, ""]]
@@ -466,10 +324,10 @@ X:
 	}
 }
 
-// TestTemplateCheckCatchesDrift mutates the real template and checks that
+// TestTemplateDynamoCheckCatchesDrift mutates the real template and checks that
 // each mutation is reported: the check can fail.
-func TestTemplateCheckCatchesDrift(t *testing.T) {
-	src := readTemplate(t)
+func TestTemplateDynamoCheckCatchesDrift(t *testing.T) {
+	src := readTemplateSource(t)
 	actions := dynamo.Actions()
 	const item = "                - "
 	last := actions[len(actions)-1]
@@ -527,7 +385,7 @@ func TestTemplateCheckCatchesDrift(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			errs := checkTemplate(doc)
+			errs := checkDynamoTemplate(doc)
 			for _, err := range errs {
 				if strings.Contains(err.Error(), tc.want) {
 					return
@@ -551,7 +409,7 @@ func TestTemplateCheckCatchesDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if errs := checkTemplate(doc); len(errs) > 0 {
+	if errs := checkDynamoTemplate(doc); len(errs) > 0 {
 		t.Errorf("an equivalent Deny (wildcard actions, a single pattern) is reported: %v", errs)
 	}
 }
