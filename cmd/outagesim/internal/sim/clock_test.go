@@ -91,18 +91,23 @@ func TestClockBackpressure(t *testing.T) {
 }
 
 func TestClockHorizon(t *testing.T) {
-	c, _ := NewClock(testStart, 1e6)
-	c.SetHorizon(testStart.Add(time.Second))
-	// At x1e6 a real microsecond is a simulated second: the horizon holds.
+	// At x100 the horizon 10 simulated seconds ahead is 100 ms of real time
+	// away, far more than the scheduling delay between NewClock and
+	// SetHorizon even on a loaded CI machine (at x1e6 a microsecond's delay
+	// was a simulated second and the clock was past the horizon before it
+	// was set); sleeping 200 ms would take the clock 20 s ahead without it.
+	const speed, ahead = 100, 10 * time.Second
+	c, _ := NewClock(testStart, speed)
+	c.SetHorizon(testStart.Add(ahead))
 	if err := c.Sleep(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Millisecond)
-	if now := c.Now(); !now.Equal(testStart.Add(time.Second)) {
-		t.Errorf("Now = %v past the horizon %v", now, testStart.Add(time.Second))
+	time.Sleep(2 * ahead / speed)
+	if now := c.Now(); !now.Equal(testStart.Add(ahead)) {
+		t.Errorf("Now = %v, want the horizon %v", now, testStart.Add(ahead))
 	}
 	c.ClearHorizon()
-	if now := c.Now(); !now.After(testStart.Add(time.Second)) {
+	if now := c.Now(); !now.After(testStart.Add(ahead)) {
 		t.Errorf("Now = %v after the horizon was cleared", now)
 	}
 	// A horizon behind the clock does not send time back.
