@@ -156,18 +156,7 @@ func (s *BreakerStore) Report(ctx context.Context, name string, window time.Time
 	if err := ctx.Err(); err != nil {
 		return breaker.Tally{}, s.fail("Report", name, err)
 	}
-	done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
-	out, err := answer(s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 keyAttr(key),
-		UpdateExpression:                    expr.Update(),
-		ConditionExpression:                 expr.Condition(),
-		ExpressionAttributeNames:            expr.Names(),
-		ExpressionAttributeValues:           expr.Values(),
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}))
-	done(err)
+	out, err := conditionalUpdate(ctx, s.api, s.table, &s.counters, s.cfg.OnRequest, key, expr)
 	if err != nil {
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
@@ -251,18 +240,7 @@ func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch ui
 	if err := ctx.Err(); err != nil {
 		return breaker.Snapshot{}, s.fail("Transition", name, err)
 	}
-	done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
-	out, err := answer(s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 keyAttr(key),
-		UpdateExpression:                    expr.Update(),
-		ConditionExpression:                 expr.Condition(),
-		ExpressionAttributeNames:            expr.Names(),
-		ExpressionAttributeValues:           expr.Values(),
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}))
-	done(err)
+	out, err := conditionalUpdate(ctx, s.api, s.table, &s.counters, s.cfg.OnRequest, key, expr)
 	var conflict error
 	var attrs map[string]types.AttributeValue
 	if err != nil {

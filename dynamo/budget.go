@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/herdguard/herdguard/budget"
@@ -98,18 +96,7 @@ func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) 
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("herdguard: dynamo: budget %s: %w", k, err)
 	}
-	done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
-	out, err := answer(s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 keyAttr(key),
-		UpdateExpression:                    expr.Update(),
-		ConditionExpression:                 expr.Condition(),
-		ExpressionAttributeNames:            expr.Names(),
-		ExpressionAttributeValues:           expr.Values(),
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}))
-	done(err)
+	out, err := conditionalUpdate(ctx, s.api, s.table, &s.counters, s.cfg.OnRequest, key, expr)
 	if err != nil {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
