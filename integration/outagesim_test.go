@@ -207,9 +207,24 @@ func TestOutagesimOnDynamoDB(t *testing.T) {
 	if b := global.Before.Store; b.Reads != 0 || b.Writes != 0 || global.Before.WriteUnitsPerMillion != 0 {
 		t.Errorf("global, healthy: %d reads, %d writes (%.0f write units per million calls), want none", b.Reads, b.Writes, global.Before.WriteUnitsPerMillion)
 	}
-	if o := global.Outage.Store; o.Writes == 0 || o.WriteUnits != float64(o.Writes) || global.Outage.WriteUnitsPerMillion <= 0 {
-		t.Errorf("global, outage: %d writes, %v write units (%.0f per million calls), want writes, one unit each",
+	if o := global.Outage.Store; o.Writes == 0 || o.WriteUnits <= 0 || global.Outage.WriteUnitsPerMillion <= 0 {
+		t.Errorf("global, outage: %d writes, %v write units (%.0f per million calls), want writes",
 			o.Writes, o.WriteUnits, global.Outage.WriteUnitsPerMillion)
+	}
+	// One write unit per write over the whole run. Not per phase: a write
+	// is counted when it is sent and its units when the answer arrives, so a
+	// write sent just before a phase ends is billed in the next one (seen in
+	// CI: 40 writes and 38 units in the outage, 1 write and 3 units after).
+	var writes int64
+	var units float64
+	for _, ph := range []outagesimPhase{global.Before, global.Outage, global.After} {
+		if ph.Store != nil {
+			writes += ph.Store.Writes
+			units += ph.Store.WriteUnits
+		}
+	}
+	if units != float64(writes) {
+		t.Errorf("global, whole run: %d writes, %v write units; want one unit each", writes, units)
 	}
 	// The breaker reads the shared state while healthy (one read per
 	// environment per cache TTL) and writes in the outage.
