@@ -36,14 +36,23 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 		fs.PrintDefaults()
 	}
 
+	fs.StringVar(&c.Fleet, "fleet", c.Fleet, fmt.Sprintf("fleet shape: %[1]s (a few busy environments, each running any number of calls at once, picked at random) or "+
+		"%[2]s (many environments making about one call per second each: one call at a time, the least recently used idle environment first, "+
+		"a call throttled when none is idle, pending counts flushed after every call as a Lambda handler does; "+
+		"sets -envs %[3]d -rate %[4]d and, for -scale-out, -max-envs %[5]d -scale-rate %[6]d, unless given)",
+		FleetBusy, FleetLambda, LambdaEnvs, LambdaRate, LambdaMaxEnvs, LambdaScaleRate))
 	fs.IntVar(&c.Envs, "envs", c.Envs, "execution environments (E) at the start")
 	fs.IntVar(&c.Rate, "rate", c.Rate, "new calls per simulated second across the fleet (R)")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "simulated time during which new calls start (whole seconds)")
-	fs.BoolVar(&c.ScaleOut, "scale-out", c.ScaleOut, "Lambda-like fleet: one call at a time per environment; a new environment (fresh budget and breaker cache) joins when all are busy")
+	fs.BoolVar(&c.ScaleOut, "scale-out", c.ScaleOut, "Lambda-like scaling: one call at a time per environment; a new environment (fresh budget and breaker cache) joins when none is idle")
 	fs.IntVar(&c.MaxEnvs, "max-envs", c.MaxEnvs, "with -scale-out, the most environments; beyond it calls are throttled")
+	fs.IntVar(&c.ScaleRate, "scale-rate", c.ScaleRate, "with -scale-out, environments that may join per simulated second, in bursts of up to 10 s worth, as Lambda's 1,000 per 10 s (0 = unlimited)")
 
 	fs.IntVar(&c.Capacity, "capacity", c.Capacity, "calls the partner serves per simulated second, normally")
-	fs.IntVar(&c.OutageCapacity, "outage-capacity", c.OutageCapacity, "calls the partner serves per simulated second during the outage; the default, a fifth of the default -capacity, is a major outage in which the shared breaker opens; 600 is a partial one in which calls under a 10% budget fail about 45% of the time and the breaker stays closed")
+	fs.StringVar(&c.Outage, "outage", c.Outage, fmt.Sprintf("outage preset: %s (the partner keeps a fifth of -capacity: most attempts fail and the shared breaker opens) or "+
+		"%s (it keeps half: 25%% of first attempts and about 30%% of the attempts a 10%% budget lets through fail, under the breaker's 50%%, which should stay closed); "+
+		"sets -outage-capacity", OutageMajor, OutagePartial))
+	fs.IntVar(&c.OutageCapacity, "outage-capacity", c.OutageCapacity, "calls the partner serves per simulated second during the outage (default: from -outage)")
 	fs.DurationVar(&c.OutageStart, "outage-start", c.OutageStart, "start of the outage (whole seconds)")
 	fs.DurationVar(&c.OutageLength, "outage-length", c.OutageLength, "length of the outage (whole seconds)")
 	fs.IntVar(&c.RejectStatus, "reject-status", c.RejectStatus, "status of calls beyond capacity: 503 or 429")
@@ -106,11 +115,9 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 		return o, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	c.Strategies = splitList(strategies)
-	speedSet := false
-	fs.Visit(func(f *flag.Flag) { speedSet = speedSet || f.Name == "speed" })
-	if c.DynamoEndpoint != "" && !speedSet {
-		c.Speed = DefaultDynamoSpeed
-	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	applyPresets(c, set)
 	if err := c.Validate(); err != nil {
 		fmt.Fprintf(errOut, "%s: invalid flags:\n%v\n", name, indent(err.Error()))
 		return o, fmt.Errorf("%w: %w", ErrUsage, err)
@@ -121,6 +128,34 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 		return o, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	return o, nil
+}
+
+// applyPresets fills in what -fleet, -outage and -dynamodb-endpoint imply
+// for the flags that were not given (set).
+func applyPresets(c *Config, set map[string]bool) {
+	if c.Fleet == FleetLambda {
+		l := LambdaConfig()
+		preset := func(name string, dst *int, v int) {
+			if !set[name] {
+				*dst = v
+			}
+		}
+		preset("envs", &c.Envs, l.Envs)
+		preset("rate", &c.Rate, l.Rate)
+		preset("max-envs", &c.MaxEnvs, l.MaxEnvs)
+		preset("scale-rate", &c.ScaleRate, l.ScaleRate)
+	}
+	switch {
+	case set["outage-capacity"] && !set["outage"]:
+		c.Outage = "" // set by hand
+	case !set["outage-capacity"]:
+		if oc, ok := OutageCapacityFor(c.Outage, c.Capacity); ok {
+			c.OutageCapacity = oc
+		}
+	}
+	if c.DynamoEndpoint != "" && !set["speed"] {
+		c.Speed = DefaultDynamoSpeed
+	}
 }
 
 func splitList(s string) []string {

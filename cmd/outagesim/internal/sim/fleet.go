@@ -28,6 +28,10 @@ const tailSeconds = 60
 // maxConns bounds the fleet's connections to the partner.
 const maxConns = 512
 
+// scaleBurstSeconds: Lambda adds at most 1,000 environments every 10
+// seconds, refilled continuously: a burst of ten seconds' worth.
+const scaleBurstSeconds = 10
+
 // Clock backpressure (see Clock): simulated time stops while more than
 // busyHigh requests, responses and not-yet-sent calls are in transit, and
 // starts again at busyLow; it advances by at most maxStep of real time
@@ -66,6 +70,7 @@ type env struct {
 type tally struct {
 	outcomes     [numPhases][numOutcomes]atomic.Int64 // [phase][outcome]
 	blockedFirst [numPhases]atomic.Int64              // first attempts the breaker rejected, by phase
+	firstSent    [numPhases]atomic.Int64              // first attempts sent, by the phase their call was scheduled in
 	attempts     atomic.Int64                         // attempts sent by the clients
 }
 
@@ -79,12 +84,71 @@ type run struct {
 	tally    tally
 	wg       sync.WaitGroup
 
-	mu      sync.Mutex // guards nextID, envs, free, newErr
-	nextID  int
-	envs    []*env
-	free    []*env // idle environments (ScaleOut only), used LIFO like Lambda's warm pool
-	newErr  error  // first error building an environment
+	mu     sync.Mutex // guards nextID, envs, free, newErr, scale
+	nextID int
+	envs   []*env
+	// free holds the idle environments when they take one call at a time
+	// (Config.OneAtATime), oldest release first: -fleet lambda takes the
+	// least recently used (the front), -scale-out alone the most recently
+	// used (the back, like Lambda's warm pool).
+	free    envQueue
+	newErr  error // first error building an environment
 	envSeed uint64
+	// scale limits how fast environments join (Config.ScaleRate).
+	scale scaleBucket
+}
+
+// envQueue is a double-ended queue of idle environments.
+type envQueue struct {
+	items []*env
+	head  int
+}
+
+func (q *envQueue) len() int { return len(q.items) - q.head }
+
+func (q *envQueue) push(e *env) { q.items = append(q.items, e) }
+
+func (q *envQueue) popFront() *env {
+	e := q.items[q.head]
+	q.items[q.head] = nil
+	q.head++
+	if q.head > 1024 && q.head*2 > len(q.items) {
+		q.items = append(q.items[:0], q.items[q.head:]...)
+		q.head = 0
+	}
+	return e
+}
+
+func (q *envQueue) popBack() *env {
+	n := len(q.items) - 1
+	e := q.items[n]
+	q.items[n] = nil
+	q.items = q.items[:n]
+	return e
+}
+
+// scaleBucket is Lambda's scaling limit: rate new environments per
+// simulated second, at most burst at once, refilled continuously.
+type scaleBucket struct {
+	rate, burst float64 // rate 0: unlimited
+	tokens      float64
+	last        time.Time
+}
+
+// take reports whether a new environment may join at now.
+func (b *scaleBucket) take(now time.Time) bool {
+	if b.rate <= 0 {
+		return true
+	}
+	if !b.last.IsZero() {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 var attemptValues = func() []string {
@@ -162,12 +226,16 @@ func (r *Runner) Run(ctx context.Context, info StrategyInfo) (*Result, error) {
 		t0:       t0,
 		envSeed:  cfg.Seed,
 	}
+	if cfg.ScaleRate > 0 {
+		rn.scale = scaleBucket{rate: float64(cfg.ScaleRate), burst: float64(cfg.ScaleRate) * scaleBurstSeconds}
+		rn.scale.tokens = rn.scale.burst
+	}
 	for i := 0; i < cfg.Envs; i++ {
 		e, err := rn.newEnv()
 		if err != nil {
 			return nil, err
 		}
-		rn.free = append(rn.free, e)
+		rn.free.push(e)
 	}
 	if err := clock.SleepUntil(ctx, t0); err != nil {
 		return nil, err
@@ -189,7 +257,7 @@ func (r *Runner) Run(ctx context.Context, info StrategyInfo) (*Result, error) {
 	final, hasStore := strategy.StoreUsage()
 	usage[2] = final
 	simEnd := clock.Now()
-	res := rn.result(info, partner.Seconds(), usage, hasStore)
+	res := rn.result(info, partner, usage, hasStore)
 	if closeErr != nil {
 		res.FlushError = closeErr.Error()
 	}
@@ -197,6 +265,7 @@ func (r *Runner) Run(ctx context.Context, info StrategyInfo) (*Result, error) {
 	res.SimulatedTail = Duration(simEnd.Sub(t0.Add(cfg.Duration)))
 	res.Clock = clock.Stats()
 	res.Clock.EffectiveSpeed = simEnd.Sub(t0).Seconds() / driveWall.Seconds()
+	res.KeepUp = judgeKeepUp(cfg, res)
 	return res, nil
 }
 
@@ -210,9 +279,10 @@ func (rn *run) newEnv() (*env, error) {
 	src := rand.New(rand.NewPCG(rn.envSeed, uint64(id)+1))
 	var srcMu sync.Mutex
 	caller, err := rn.strategy.NewEnv(EnvSpec{
-		ID:    id,
-		Name:  "env-" + strconv.Itoa(id),
-		Clock: rn.clock,
+		ID:            id,
+		Name:          "env-" + strconv.Itoa(id),
+		Clock:         rn.clock,
+		FlushEachCall: rn.cfg.Fleet == FleetLambda,
 		Rand: func() float64 {
 			srcMu.Lock()
 			defer srcMu.Unlock()
@@ -234,17 +304,22 @@ func (rn *run) newEnv() (*env, error) {
 	return e, nil
 }
 
-// acquire returns an idle environment (ScaleOut), starting a new one when
-// none is idle and the cap allows; nil means the call is throttled.
+// acquire returns an idle environment (OneAtATime), starting a new one
+// when none is idle and ScaleOut, the cap and the scaling rate allow; nil
+// means the call is throttled.
 func (rn *run) acquire() *env {
 	rn.mu.Lock()
-	if n := len(rn.free); n > 0 {
-		e := rn.free[n-1]
-		rn.free = rn.free[:n-1]
+	if rn.free.len() > 0 {
+		var e *env
+		if rn.cfg.Fleet == FleetLambda {
+			e = rn.free.popFront()
+		} else {
+			e = rn.free.popBack()
+		}
 		rn.mu.Unlock()
 		return e
 	}
-	full := len(rn.envs) >= rn.cfg.MaxEnvs || rn.newErr != nil
+	full := !rn.cfg.ScaleOut || len(rn.envs) >= rn.cfg.MaxEnvs || rn.newErr != nil || !rn.scale.take(rn.clock.Now())
 	rn.mu.Unlock()
 	if full {
 		return nil
@@ -263,7 +338,7 @@ func (rn *run) acquire() *env {
 
 func (rn *run) release(e *env) {
 	rn.mu.Lock()
-	rn.free = append(rn.free, e)
+	rn.free.push(e)
 	rn.mu.Unlock()
 }
 
@@ -305,7 +380,7 @@ func (rn *run) drive(ctx context.Context, progress func(float64)) (usage [3]Stor
 				phase = phaseOutage
 			}
 			var e *env
-			if cfg.ScaleOut {
+			if cfg.OneAtATime() {
 				if e = rn.acquire(); e == nil {
 					rn.tally.outcomes[phase][FailedThrottled].Add(1)
 					continue
@@ -315,7 +390,7 @@ func (rn *run) drive(ctx context.Context, progress func(float64)) (usage [3]Stor
 			}
 			rn.wg.Add(1)
 			rn.clock.Busy(+1) // until the call sends its first attempt or ends
-			go rn.call(ctx, e, phase)
+			go rn.call(ctx, e, phase, callTime(k))
 		}
 		rn.clock.SetHorizon(callTime(k).Add(slack))
 		if progress != nil && time.Since(lastProgress) > 100*time.Millisecond {
@@ -337,19 +412,24 @@ func (rn *run) drive(ctx context.Context, progress func(float64)) (usage [3]Stor
 	return usage
 }
 
-func (rn *run) call(ctx context.Context, e *env, phase int) {
+// call runs one call scheduled at due (simulated time) in environment e.
+func (rn *run) call(ctx context.Context, e *env, phase int, due time.Time) {
 	defer rn.wg.Done()
 	e.lastCall.Store(int64(rn.clock.Elapsed()))
-	if rn.cfg.ScaleOut {
+	if rn.cfg.OneAtATime() {
 		defer rn.release(e)
 	}
 	var sent atomic.Int32
 	send := func(ctx context.Context, n int) (*http.Response, error) {
+		at := due // a first attempt is due when its call was scheduled
 		if sent.Add(1) == 1 {
 			rn.clock.Busy(-1)
+			rn.tally.firstSent[phase].Add(1)
+		} else {
+			at = rn.clock.Now() // a retry when its backoff ended
 		}
 		rn.tally.attempts.Add(1)
-		return rn.send(ctx, n)
+		return rn.send(ctx, n, at)
 	}
 	out, _ := e.caller.Call(ctx, send)
 	if sent.Load() == 0 {
@@ -372,7 +452,7 @@ func (rn *run) call(ctx context.Context, e *env, phase int) {
 // transit for the clock's backpressure. Waiting for a free connection is
 // not: the requests holding the connections may be in service, sleeping on
 // the clock, and counting the waiters would stop the clock for good.
-func (rn *run) send(ctx context.Context, n int) (*http.Response, error) {
+func (rn *run) send(ctx context.Context, n int, due time.Time) (*http.Response, error) {
 	var counted atomic.Bool
 	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
 		if counted.CompareAndSwap(false, true) {
@@ -388,6 +468,7 @@ func (rn *run) send(ctx context.Context, n int) (*http.Response, error) {
 	} else {
 		req.Header.Set(AttemptHeader, strconv.Itoa(n))
 	}
+	req.Header[DueHeader] = []string{strconv.FormatInt(int64(due.Sub(rn.clock.Epoch())), 10)}
 	resp, err := rn.client.Do(req)
 	if counted.Load() {
 		rn.clock.Busy(-1)

@@ -14,6 +14,22 @@ import (
 // retries; it plays no part in admission.
 const AttemptHeader = "X-Outagesim-Attempt"
 
+// DueHeader is the request header carrying the simulated time (nanoseconds
+// since the clock's epoch) at which the attempt was due: a first attempt's
+// scheduled start, a retry's end of backoff. The partner measures how late
+// attempts arrive (Lag), which tells whether the machine kept up.
+const DueHeader = "X-Outagesim-Due"
+
+// SlotLength is the resolution of the partner's fine-grained counters
+// (Slots): the failure ratio the fleet saw over a breaker window is
+// computed from them.
+const SlotLength = 100 * time.Millisecond
+
+// LateAfter is the lag past which an arrival counts as late: a tenth of the
+// partner's capacity second. A run whose attempts arrive that late is not
+// the scenario that was asked for.
+const LateAfter = 100 * time.Millisecond
+
 // Schedule is the partner's capacity over time: Normal calls per simulated
 // second, dropping to Outage calls per second for the seconds in
 // [OutageStart, OutageStart+OutageLength).
@@ -92,6 +108,36 @@ type secondCounters struct {
 	firstAttempts atomic.Int64
 }
 
+// Slot is what the partner saw in one SlotLength of simulated time.
+type Slot struct {
+	Arrivals int64
+	Rejected int64
+}
+
+type slotCounters struct {
+	arrivals atomic.Int64
+	rejected atomic.Int64
+}
+
+// Lag tells how late attempts reached the partner after they were due
+// (DueHeader), in simulated time: by the machine's delays, not by the
+// scenario. First attempts and retries are counted apart.
+type Lag struct {
+	// Measured counts arrivals that carried their due time.
+	Measured      int64 `json:"measured"`
+	FirstMeasured int64 `json:"first_attempts_measured"`
+	// Late counts those that arrived more than LateAfter after they were
+	// due; LateFirst the first attempts among them.
+	Late      int64 `json:"late"`
+	LateFirst int64 `json:"late_first_attempts"`
+	// Max is the largest lag seen.
+	Max Duration `json:"max_seconds"`
+}
+
+type lagCounters struct {
+	measured, firstMeasured, late, lateFirst, max atomic.Int64
+}
+
 // Partner is the overloaded partner API: a net/http handler that serves at
 // most Schedule.Capacity(s) calls in simulated second s and rejects the
 // rest with RejectStatus and Retry-After.
@@ -104,6 +150,8 @@ type Partner struct {
 	clock   *Clock
 	start   time.Time // simulated time of second 0
 	seconds []secondCounters
+	slots   []slotCounters // SlotLength each, over the same span as seconds
+	lag     lagCounters
 }
 
 // NewPartner returns a partner whose second 0 starts at start on clock.
@@ -123,7 +171,8 @@ func NewPartner(clock *Clock, start time.Time, cfg PartnerConfig) (*Partner, err
 	case cfg.Slowdown < 0:
 		return nil, fmt.Errorf("sim: partner: Slowdown %v is negative", cfg.Slowdown)
 	}
-	return &Partner{cfg: cfg, clock: clock, start: start, seconds: make([]secondCounters, cfg.Seconds)}, nil
+	return &Partner{cfg: cfg, clock: clock, start: start, seconds: make([]secondCounters, cfg.Seconds),
+		slots: make([]slotCounters, cfg.Seconds*int(time.Second/SlotLength))}, nil
 }
 
 // Decision is the partner's answer to one arrival.
@@ -144,6 +193,11 @@ func (p *Partner) Admit(now time.Time, first bool) Decision {
 	}
 	capacity := int64(p.cfg.Schedule.Capacity(sec))
 	d := Decision{Second: sec, Served: n <= capacity, Latency: p.cfg.Latency}
+	slot := &p.slots[p.slotOf(now)]
+	slot.arrivals.Add(1)
+	if !d.Served {
+		slot.rejected.Add(1)
+	}
 	if p.cfg.Slowdown > 0 && n > capacity {
 		over := 10.0
 		if capacity > 0 {
@@ -160,6 +214,54 @@ func (p *Partner) secondOf(now time.Time) int {
 		return 0
 	}
 	return min(int(el/time.Second), len(p.seconds)-1)
+}
+
+func (p *Partner) slotOf(now time.Time) int {
+	el := now.Sub(p.start)
+	if el < 0 {
+		return 0
+	}
+	return min(int(el/SlotLength), len(p.slots)-1)
+}
+
+// RecordLag counts an arrival at now of an attempt that was due at due.
+func (p *Partner) RecordLag(now, due time.Time, first bool) {
+	lag := now.Sub(due)
+	p.lag.measured.Add(1)
+	if first {
+		p.lag.firstMeasured.Add(1)
+	}
+	if lag > LateAfter {
+		p.lag.late.Add(1)
+		if first {
+			p.lag.lateFirst.Add(1)
+		}
+	}
+	for {
+		m := p.lag.max.Load()
+		if int64(lag) <= m || p.lag.max.CompareAndSwap(m, int64(lag)) {
+			return
+		}
+	}
+}
+
+// Lag returns the lag counters so far.
+func (p *Partner) Lag() Lag {
+	return Lag{
+		Measured: p.lag.measured.Load(), FirstMeasured: p.lag.firstMeasured.Load(),
+		Late: p.lag.late.Load(), LateFirst: p.lag.lateFirst.Load(),
+		Max: Duration(p.lag.max.Load()),
+	}
+}
+
+// Slots returns a snapshot of the SlotLength counters, from the start of
+// second 0.
+func (p *Partner) Slots() []Slot {
+	out := make([]Slot, len(p.slots))
+	for i := range p.slots {
+		out[i] = Slot{Arrivals: p.slots[i].arrivals.Load(), Rejected: p.slots[i].rejected.Load()}
+	}
+	return out
 }
 
 // Seconds returns a snapshot of the per-second counters.
@@ -186,7 +288,13 @@ func (p *Partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.clock.Busy(-1)
 	defer p.clock.Busy(+1)
 	first := r.Header.Get(AttemptHeader) == "1"
-	d := p.Admit(p.clock.Now(), first)
+	now := p.clock.Now()
+	d := p.Admit(now, first)
+	if v := r.Header.Get(DueHeader); v != "" {
+		if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
+			p.RecordLag(now, p.clock.Epoch().Add(time.Duration(ns)), first)
+		}
+	}
 	if d.Latency > 0 {
 		if err := p.clock.Sleep(r.Context(), d.Latency); err != nil {
 			return // the client went away

@@ -72,6 +72,10 @@ type EnvSpec struct {
 	// the run's seed and the environment's ID. It is safe for concurrent
 	// use.
 	Rand func() float64
+	// FlushEachCall makes the environment flush its pending counts to the
+	// shared stores after every call, as a Lambda handler does before it
+	// returns (-fleet lambda).
+	FlushEachCall bool
 	// BreakerOpen is called when this environment's breaker is seen open
 	// (a transition to open, or a call rejected by it). It is cheap and
 	// safe for concurrent use; the fleet keeps the first time.

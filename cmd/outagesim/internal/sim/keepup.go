@@ -1,0 +1,87 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+)
+
+// KeepUp is the simulator's verdict on a run: whether the machine carried
+// the scenario, or the figures are those of a slower, distorted one.
+//
+// The clock stops while work is in transit, so a slow machine should
+// slow a run down, not distort it. It can fail to: requests that wait
+// for one of the fleet's connections are not counted as in transit (the
+// requests holding them may be in the partner's simulated service, which
+// needs the clock to run), and the watchdog restarts a clock that stood
+// still too long. Either way attempts reach the partner later than they
+// were due, so the partner sees another load than the one asked for. The
+// partner measures that lag (DueHeader) and the fleet counts the first
+// attempts it sent for the calls scheduled in the outage.
+type KeepUp struct {
+	// OK is false when any problem below was found.
+	OK bool `json:"ok"`
+	// Problems says, in words, what went wrong.
+	Problems []string `json:"problems,omitempty"`
+	// Notes says what slowed the run down without distorting it (the
+	// clock stopped and skipped instead).
+	Notes []string `json:"notes,omitempty"`
+	// Lag is how late attempts reached the partner.
+	Lag Lag `json:"lag"`
+	// FirstAttemptsScheduledInOutage counts the first attempts the fleet
+	// sent for calls scheduled in the outage; FirstAttemptsInOutage (in
+	// Result) those that reached the partner in its seconds.
+	FirstAttemptsScheduledInOutage int64 `json:"first_attempts_scheduled_in_outage"`
+}
+
+// Limits of a faithful run.
+const (
+	// maxLateShare is the share of attempts that may arrive more than
+	// LateAfter after they were due.
+	maxLateShare = 0.01
+	// maxMissingShare is the share of the outage's first attempts that may
+	// reach the partner outside the outage (calls scheduled in its last
+	// instants arrive just after it: a few per thousand at most).
+	maxMissingShare = 0.01
+	// minSpeedShare is the lowest effective speed, as a share of the
+	// nominal one, that is not worth a note. A slower run is not
+	// distorted by itself (the clock stops and skips for it); the lag and
+	// the missing first attempts tell whether it was.
+	minSpeedShare = 0.25
+)
+
+// judgeKeepUp returns res's verdict for cfg (res.KeepUp's counters set).
+func judgeKeepUp(cfg Config, res *Result) KeepUp {
+	k := res.KeepUp
+	var problems []string
+	if lag := k.Lag; lag.Measured > 0 && float64(lag.Late) > maxLateShare*float64(lag.Measured) {
+		problems = append(problems, fmt.Sprintf("%d of %d attempts (%d of %d first attempts) reached the partner more than %v after they were due (up to %v late)",
+			lag.Late, lag.Measured, lag.LateFirst, lag.FirstMeasured, LateAfter, fmtDur(time.Duration(lag.Max))))
+	}
+	if want := k.FirstAttemptsScheduledInOutage; want > 0 {
+		if missing := want - res.FirstAttemptsInOutage; float64(missing) > maxMissingShare*float64(want) {
+			problems = append(problems, fmt.Sprintf("%d of the %d first attempts of calls scheduled in the outage did not reach the partner during it",
+				missing, want))
+		}
+	}
+	if f := res.Clock.Forced; f > 0 {
+		problems = append(problems, fmt.Sprintf("the clock's watchdog restarted simulated time %d times while work was still in transit", f))
+	}
+	k.Notes = nil
+	if eff := res.Clock.EffectiveSpeed; eff > 0 && eff < minSpeedShare*cfg.Speed {
+		k.Notes = append(k.Notes, fmt.Sprintf("simulated time ran at x%.1f, under a quarter of the nominal x%g (the clock stood still %v for work in transit and skipped %v the process was not running)",
+			eff, cfg.Speed, fmtDur(time.Duration(res.Clock.Paused)), fmtDur(time.Duration(res.Clock.Skipped))))
+	}
+	k.Problems = problems
+	k.OK = len(problems) == 0
+	return k
+}
+
+// keepUpAdvice tells the user how to get a run the machine can carry.
+func keepUpAdvice(c ReportConfig) string {
+	return fmt.Sprintf("the loopback HTTP partner and the fleet share this machine's cores: at x%g the run asked for about %d new calls and their retries per real second;"+
+		" lower -speed, or run a smaller fleet", c.Speed, int(float64(c.Rate)*c.Speed))
+}
+
+// Behind reports whether the machine did not keep up (some problem was
+// found).
+func (k KeepUp) Behind() bool { return len(k.Problems) > 0 }
