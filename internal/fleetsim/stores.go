@@ -1,0 +1,105 @@
+package fleetsim
+
+import (
+	"context"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/capacity"
+	"github.com/herdguard/herdguard/local"
+)
+
+// Stores are the shared stores of a run, as one environment sees them:
+// in-memory stores shared by the whole fleet, behind a thin layer that
+// counts every request for the results.
+type Stores struct {
+	Budget  budget.Store
+	Breaker breaker.Store
+}
+
+type storeKind uint8
+
+const (
+	budgetWrite storeKind = iota
+	breakerRead
+	breakerWrite
+)
+
+// shared are the fleet's stores and the capacity model billing them.
+type shared struct {
+	budget  budget.Store
+	breaker breaker.Store
+	meter   *capacity.Meter // nil: no capacity model
+}
+
+// newShared returns the in-memory stores on the simulated clock.
+//
+// TODO(capmodel): move to internal/memstore with the Meter once that
+// branch is merged; until then the capacity model is not applied and
+// meter is nil.
+func newShared(clock *Clock, _ bool) *shared {
+	opts := local.StoreOptions{Now: clock.Now}
+	return &shared{
+		budget:  local.NewBudgetStoreWithOptions(opts),
+		breaker: local.NewBreakerStoreWithOptions(opts),
+	}
+}
+
+// forEnv returns the stores as e sees them.
+func (s *shared) forEnv(rec *recorder, e *env) Stores {
+	return Stores{
+		Budget:  &budgetStore{inner: s.budget, rec: rec},
+		Breaker: &breakerStore{inner: s.breaker, rec: rec, env: e},
+	}
+}
+
+type budgetStore struct {
+	inner budget.Store
+	rec   *recorder
+}
+
+func (s *budgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) (int64, error) {
+	a, err := s.inner.Apply(ctx, k, u)
+	s.rec.storeCall(budgetWrite)
+	return a, err
+}
+
+type breakerStore struct {
+	inner breaker.Store
+	rec   *recorder
+	env   *env
+}
+
+func (s *breakerStore) Load(ctx context.Context, name string) (breaker.Snapshot, error) {
+	snap, err := s.inner.Load(ctx, name)
+	s.rec.storeCall(breakerRead)
+	return snap, err
+}
+
+func (s *breakerStore) Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (breaker.Tally, error) {
+	t, err := s.inner.Report(ctx, name, window, env, successes, failures, expires)
+	s.rec.storeCall(breakerWrite)
+	return t, err
+}
+
+func (s *breakerStore) Transition(ctx context.Context, name string, prevEpoch uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
+	snap, err := s.inner.Transition(ctx, name, prevEpoch, next)
+	s.rec.storeCall(breakerWrite)
+	if err == nil {
+		s.rec.transition(s.env, snap)
+	}
+	return snap, err
+}
+
+func (s *breakerStore) AcquireProbe(ctx context.Context, name string, epoch uint64, limit int, now, leaseUntil time.Time) (int, error) {
+	slot, err := s.inner.AcquireProbe(ctx, name, epoch, limit, now, leaseUntil)
+	s.rec.storeCall(breakerWrite)
+	return slot, err
+}
+
+func (s *breakerStore) SetOverride(ctx context.Context, name string, o breaker.Override, until time.Time) error {
+	err := s.inner.SetOverride(ctx, name, o, until)
+	s.rec.storeCall(breakerWrite)
+	return err
+}
