@@ -7,7 +7,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/capacity"
-	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/internal/memstore"
 )
 
 // Stores are the shared stores of a run, as one environment sees them:
@@ -33,16 +33,19 @@ type shared struct {
 	meter   *capacity.Meter // nil: no capacity model
 }
 
-// newShared returns the in-memory stores on the simulated clock.
-//
-// TODO(capmodel): move to internal/memstore with the Meter once that
-// branch is merged; until then the capacity model is not applied and
-// meter is nil.
-func newShared(clock *Clock, _ bool) *shared {
-	opts := local.StoreOptions{Now: clock.Now}
+// newShared returns the in-memory stores on the simulated clock, billed
+// and throttled by the capacity model when metered.
+func newShared(clock *Clock, metered bool) *shared {
+	opts := memstore.Options{Now: clock.Now}
+	var meter *capacity.Meter
+	if metered {
+		meter = capacity.NewMeter(capacity.Config{Throttle: true})
+		opts.Meter = meter
+	}
 	return &shared{
-		budget:  local.NewBudgetStoreWithOptions(opts),
-		breaker: local.NewBreakerStoreWithOptions(opts),
+		budget:  memstore.NewBudgetStore(opts),
+		breaker: memstore.NewBreakerStore(opts),
+		meter:   meter,
 	}
 }
 
