@@ -58,6 +58,7 @@ type Config struct {
 	BreakerOpen         time.Duration
 
 	// Run.
+	Partner    string // PartnerHTTP or PartnerInproc: how the fleet reaches the partner, and whose clock runs
 	Seed       uint64
 	Speed      float64 // simulated seconds per real second
 	Strategies []string
@@ -81,13 +82,27 @@ const (
 	FleetBusy = "busy"
 	// FleetLambda is many environments making about one call per second
 	// each, as a Lambda fleet does: an environment handles one call at a
-	// time; a call goes to the least recently used idle environment, so
-	// each of E environments makes R/E calls per second; when none is
-	// idle the call is throttled (Lambda at its concurrency limit) or,
+	// time; a call goes to an idle environment picked at random, so each
+	// of E environments makes about R/E calls per second at random
+	// intervals; when none is idle the call is throttled (Lambda at its concurrency limit) or,
 	// with -scale-out, a new environment joins; every environment flushes
 	// its pending counts after each call, as a Lambda handler does before
 	// it returns.
 	FleetLambda = "lambda"
+)
+
+// Engines (-partner): where the partner lives and what time runs on.
+const (
+	// PartnerHTTP is a real net/http partner on loopback and simulated
+	// time running -speed times faster than real time: real I/O, real
+	// goroutine scheduling, and the keep-up checks (KeepUp).
+	PartnerHTTP = "http"
+	// PartnerInproc calls the same partner in process on a discrete-event
+	// scheduler (internal/fleetsim): virtual time, no real waiting, the
+	// same seed giving the same run (except the AWS SDK's jitter), so
+	// fleets of 10,000 environments fit on a 2-core machine. The library
+	// code under test is the same.
+	PartnerInproc = "inproc"
 )
 
 // Outage presets (-outage): the partner's capacity during the outage as a
@@ -178,6 +193,7 @@ func DefaultConfig() Config {
 	return Config{
 		Fleet:          FleetBusy,
 		Outage:         OutageMajor,
+		Partner:        PartnerHTTP,
 		Envs:           DefaultEnvs,
 		Rate:           DefaultRate,
 		Duration:       DefaultDuration,
@@ -213,6 +229,7 @@ func LambdaConfig() Config {
 	c := DefaultConfig()
 	c.Fleet = FleetLambda
 	c.Envs, c.Rate, c.MaxEnvs, c.ScaleRate = LambdaEnvs, LambdaRate, LambdaMaxEnvs, LambdaScaleRate
+	c.Partner = PartnerInproc
 	return c
 }
 
@@ -254,6 +271,15 @@ func (c Config) Validate() error {
 		} else if c.OutageCapacity != want {
 			bad("outage", "%s sets -outage-capacity %d (of -capacity %d), not %d: set one or the other", c.Outage, want, c.Capacity, c.OutageCapacity)
 		}
+	}
+	switch c.Partner {
+	case PartnerHTTP:
+	case PartnerInproc:
+		if c.DynamoEndpoint != "" {
+			bad("partner", "%s needs the in-memory stores: DynamoDB calls are real I/O, which virtual time cannot wait for (use -partner %s with -dynamodb-endpoint)", PartnerInproc, PartnerHTTP)
+		}
+	default:
+		bad("partner", "%q must be %s or %s", c.Partner, PartnerHTTP, PartnerInproc)
 	}
 	if c.ScaleRate < 0 {
 		bad("scale-rate", "%d is negative", c.ScaleRate)

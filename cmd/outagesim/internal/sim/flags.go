@@ -37,10 +37,10 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 	}
 
 	fs.StringVar(&c.Fleet, "fleet", c.Fleet, fmt.Sprintf("fleet shape: %[1]s (a few busy environments, each running any number of calls at once, picked at random) or "+
-		"%[2]s (many environments making about one call per second each: one call at a time, the least recently used idle environment first, "+
+		"%[2]s (many environments making about one call per second each: one call at a time, an idle environment picked at random, "+
 		"a call throttled when none is idle, pending counts flushed after every call as a Lambda handler does; "+
-		"sets -envs %[3]d -rate %[4]d and, for -scale-out, -max-envs %[5]d -scale-rate %[6]d, unless given)",
-		FleetBusy, FleetLambda, LambdaEnvs, LambdaRate, LambdaMaxEnvs, LambdaScaleRate))
+		"sets -envs %[3]d -rate %[4]d -partner %[7]s and, for -scale-out, -max-envs %[5]d -scale-rate %[6]d, unless given)",
+		FleetBusy, FleetLambda, LambdaEnvs, LambdaRate, LambdaMaxEnvs, LambdaScaleRate, PartnerInproc))
 	fs.IntVar(&c.Envs, "envs", c.Envs, "execution environments (E) at the start")
 	fs.IntVar(&c.Rate, "rate", c.Rate, "new calls per simulated second across the fleet (R)")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "simulated time during which new calls start (whole seconds)")
@@ -89,7 +89,10 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 		c.Seed = v
 		return nil
 	})
-	fs.Float64Var(&c.Speed, "speed", c.Speed, fmt.Sprintf("simulated seconds per real second (default %d with -dynamodb-endpoint)", DefaultDynamoSpeed))
+	fs.StringVar(&c.Partner, "partner", c.Partner, fmt.Sprintf("where the partner runs: %[1]s (a real HTTP server on loopback, simulated time -speed times real time, checked for keeping up) or "+
+		"%[2]s (called in process on a discrete-event scheduler: virtual time, reproducible for a seed, 10,000 environments on 2 cores; the same library code); "+
+		"default %[1]s, %[2]s with -fleet %[3]s, %[1]s with -dynamodb-endpoint", PartnerHTTP, PartnerInproc, FleetLambda))
+	fs.Float64Var(&c.Speed, "speed", c.Speed, fmt.Sprintf("simulated seconds per real second with -partner %s (default %d with -dynamodb-endpoint)", PartnerHTTP, DefaultDynamoSpeed))
 	strategies := strings.Join(c.Strategies, ",")
 	fs.StringVar(&strategies, "strategies", strategies, "comma-separated strategies to run, in this order: "+strings.Join(StrategyKeys(), ", "))
 
@@ -144,6 +147,9 @@ func applyPresets(c *Config, set map[string]bool) {
 		preset("rate", &c.Rate, l.Rate)
 		preset("max-envs", &c.MaxEnvs, l.MaxEnvs)
 		preset("scale-rate", &c.ScaleRate, l.ScaleRate)
+		if !set["partner"] && c.DynamoEndpoint == "" {
+			c.Partner = l.Partner
+		}
 	}
 	switch {
 	case set["outage-capacity"] && !set["outage"]:

@@ -66,7 +66,7 @@ func TestParseFlagsSetsEveryField(t *testing.T) {
 		ThrottlingBase: 500 * time.Millisecond, MaxDelay: 5 * time.Second,
 		BucketCapacity: 100, TransientCost: 10, ThrottlingCost: 2, Ratio: 0.2, Window: 5 * time.Second,
 		MinRetries: 1, GlobalFloor: 7, GlobalShards: 2, LeaseSize: 4, BreakerFailureRatio: 0.3, BreakerMinRequests: 40, BreakerOpen: 10 * time.Second,
-		Seed: 1<<64 - 1, Speed: 25, Strategies: []string{"global", "none"},
+		Seed: 1<<64 - 1, Speed: 25, Strategies: []string{"global", "none"}, Partner: PartnerHTTP,
 		DynamoEndpoint: "http://localhost:8000", DynamoTable: "my-table", DynamoRegion: "eu-west-1",
 		PriceRead: 0.25, PriceWrite: 1.25, FailClosed: true, LocalUnder: true, StoreTimeout: 80 * time.Millisecond,
 	}
@@ -118,6 +118,8 @@ func TestParseFlagsRejects(t *testing.T) {
 		{[]string{"-outage", "total"}, `-outage: "total" must be major or partial`},
 		{[]string{"-outage", "partial", "-outage-capacity", "600"}, "-outage: partial sets -outage-capacity 750 (of -capacity 1500), not 600"},
 		{[]string{"-scale-rate", "-1"}, "-scale-rate"},
+		{[]string{"-partner", "grpc"}, `-partner: "grpc" must be http or inproc`},
+		{[]string{"-partner", "inproc", "-dynamodb-endpoint", "http://localhost:8000"}, "-partner: inproc needs the in-memory stores"},
 		{[]string{"-fleet", "lambda", "-scale-out", "-max-envs", "500"}, "-max-envs: 500 is below -envs 1000"},
 		{[]string{"-no-such-flag"}, "not defined"},
 		{[]string{"stray"}, "unexpected argument"},
@@ -168,10 +170,14 @@ func TestParseFlagsPresets(t *testing.T) {
 		want func(*Config)
 	}{
 		{[]string{"-fleet", "lambda"}, func(c *Config) {
+			c.Fleet, c.Envs, c.Rate, c.MaxEnvs, c.ScaleRate, c.Partner = FleetLambda, 1000, 1000, 10_000, 100, PartnerInproc
+		}},
+		{[]string{"-fleet", "lambda", "-partner", "http"}, func(c *Config) {
 			c.Fleet, c.Envs, c.Rate, c.MaxEnvs, c.ScaleRate = FleetLambda, 1000, 1000, 10_000, 100
 		}},
+		{[]string{"-partner", "inproc"}, func(c *Config) { c.Partner = PartnerInproc }},
 		{[]string{"-fleet", "lambda", "-envs", "300", "-scale-rate", "0"}, func(c *Config) {
-			c.Fleet, c.Envs, c.Rate, c.MaxEnvs, c.ScaleRate = FleetLambda, 300, 1000, 10_000, 0
+			c.Fleet, c.Envs, c.Rate, c.MaxEnvs, c.ScaleRate, c.Partner = FleetLambda, 300, 1000, 10_000, 0, PartnerInproc
 		}},
 		{[]string{"-outage", "partial"}, func(c *Config) { c.Outage, c.OutageCapacity = OutagePartial, 750 }},
 		{[]string{"-outage", "partial", "-capacity", "1000"}, func(c *Config) {
@@ -206,5 +212,10 @@ func TestParseFlagsDynamoSpeed(t *testing.T) {
 	o, err = ParseFlags("outagesim", []string{"-dynamodb-endpoint", "http://127.0.0.1:8000", "-speed", "3"}, &bytes.Buffer{})
 	if err != nil || o.Speed != 3 {
 		t.Errorf("speed %v (%v), want 3", o.Speed, err)
+	}
+	// The Lambda-shaped fleet runs over HTTP with DynamoDB.
+	o, err = ParseFlags("outagesim", []string{"-fleet", "lambda", "-dynamodb-endpoint", "http://127.0.0.1:8000"}, &bytes.Buffer{})
+	if err != nil || o.Partner != PartnerHTTP || o.Speed != DefaultDynamoSpeed {
+		t.Errorf("-fleet lambda with DynamoDB: partner %q, speed %v (%v); want http at real time", o.Partner, o.Speed, err)
 	}
 }

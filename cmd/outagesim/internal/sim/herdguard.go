@@ -35,8 +35,9 @@ import (
 type herdguardStrategy struct {
 	cfg    Config
 	layers func(spec EnvSpec) ([]budget.Budget, *breaker.Breaker, error)
-	usage  func() StoreUsage // nil without shared stores
-	ratio  *RatioUse         // the global budget's requests and grants; nil without one
+	usage  func() StoreUsage  // nil without shared stores
+	ratio  *RatioUse          // the global budget's requests and grants; nil without one
+	meter  func() CapacityUse // nil when the stores are not metered
 
 	mu    sync.Mutex                        // guards flush
 	flush []func(ctx context.Context) error // every environment's Executor.Flush
@@ -65,6 +66,16 @@ func (s *herdguardStrategy) NewEnv(spec EnvSpec) (Caller, error) {
 	s.flush = append(s.flush, ex.Flush)
 	s.mu.Unlock()
 	return &herdguardCaller{ex: ex, clock: spec.Clock, breakerOpen: spec.BreakerOpen, flush: spec.FlushEachCall}, nil
+}
+
+// CapacityUse returns what the capacity model billed the shared stores;
+// nil when they are not metered.
+func (s *herdguardStrategy) CapacityUse() *CapacityUse {
+	if s.meter == nil {
+		return nil
+	}
+	u := s.meter()
+	return &u
 }
 
 // GlobalRatioUse returns the global budget's requests and grants per
@@ -194,7 +205,7 @@ func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy,
 	if d.Backend == nil {
 		return nil, errors.New("no shared-store backend")
 	}
-	stores, err := d.Backend.Stores(ctx)
+	stores, err := d.Backend.Stores(ctx, d.Clock.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +226,7 @@ func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy,
 	}
 	bset := breakerSettings(c)
 	use := newRatioUse(gcfg)
-	return &herdguardStrategy{cfg: c, usage: stores.Usage, ratio: use,
+	return &herdguardStrategy{cfg: c, usage: stores.Usage, ratio: use, meter: stores.Capacity,
 		layers: func(spec EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
 			cfg := gcfg
 			cfg.Rand = spec.Rand

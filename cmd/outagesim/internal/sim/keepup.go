@@ -67,7 +67,7 @@ func judgeKeepUp(cfg Config, res *Result) KeepUp {
 		problems = append(problems, fmt.Sprintf("the clock's watchdog restarted simulated time %d times while work was still in transit", f))
 	}
 	k.Notes = nil
-	if eff := res.Clock.EffectiveSpeed; eff > 0 && eff < minSpeedShare*cfg.Speed {
+	if eff := res.Clock.EffectiveSpeed; cfg.Partner == PartnerHTTP && eff > 0 && eff < minSpeedShare*cfg.Speed {
 		k.Notes = append(k.Notes, fmt.Sprintf("simulated time ran at x%.1f, under a quarter of the nominal x%g (the clock stood still %v for work in transit and skipped %v the process was not running)",
 			eff, cfg.Speed, fmtDur(time.Duration(res.Clock.Paused)), fmtDur(time.Duration(res.Clock.Skipped))))
 	}
@@ -76,10 +76,23 @@ func judgeKeepUp(cfg Config, res *Result) KeepUp {
 	return k
 }
 
-// keepUpAdvice tells the user how to get a run the machine can carry.
-func keepUpAdvice(c ReportConfig) string {
-	return fmt.Sprintf("the loopback HTTP partner and the fleet share this machine's cores: at x%g the run asked for about %d new calls and their retries per real second;"+
-		" lower -speed, or run a smaller fleet", c.Speed, int(float64(c.Rate)*c.Speed))
+// keepUpAdvice tells the user how to get a run the machine can carry:
+// the speed at which the attempts per real second stay a fifth under what
+// the machine carried in the slowest run behind, or the in-process engine.
+func keepUpAdvice(r Report) string {
+	c := r.Config
+	speed := c.Speed
+	for _, res := range r.Results {
+		if !res.KeepUp.Behind() || res.Wall <= 0 || res.AttemptsSent == 0 {
+			continue
+		}
+		simulated := time.Duration(c.Duration + res.SimulatedTail).Seconds()
+		carried := float64(res.AttemptsSent) / time.Duration(res.Wall).Seconds() // attempts per real second
+		needed := float64(res.AttemptsSent) / simulated                          // attempts per simulated second
+		speed = min(speed, 0.8*carried/needed)
+	}
+	return fmt.Sprintf("the loopback HTTP partner and the fleet share this machine's cores: at x%g this run needed more attempts per real second than they carried."+
+		" Run with -partner %s (virtual time, any fleet size), or at about -speed %.2g, or with a smaller -rate", c.Speed, PartnerInproc, speed)
 }
 
 // Behind reports whether the machine did not keep up (some problem was

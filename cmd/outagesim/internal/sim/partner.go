@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -147,15 +148,29 @@ type lagCounters struct {
 // serves min(arrivals, capacity) calls however many arrive concurrently.
 type Partner struct {
 	cfg     PartnerConfig
-	clock   *Clock
-	start   time.Time // simulated time of second 0
+	clock   TimeSource
+	epoch   time.Time         // the clock's epoch: DueHeader counts from it
+	busy    func(delta int64) // the HTTP clock's backpressure (Clock.Busy); nil in process
+	start   time.Time         // simulated time of second 0
 	seconds []secondCounters
 	slots   []slotCounters // SlotLength each, over the same span as seconds
 	lag     lagCounters
 }
 
-// NewPartner returns a partner whose second 0 starts at start on clock.
+// NewPartner returns a partner whose second 0 starts at start on clock,
+// to serve over HTTP (ServeHTTP).
 func NewPartner(clock *Clock, start time.Time, cfg PartnerConfig) (*Partner, error) {
+	p, err := NewInprocPartner(clock, start, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.epoch, p.busy = clock.Epoch(), clock.Busy
+	return p, nil
+}
+
+// NewInprocPartner returns a partner whose second 0 starts at start on
+// clock, to call in process (Answer).
+func NewInprocPartner(clock TimeSource, start time.Time, cfg PartnerConfig) (*Partner, error) {
 	if err := cfg.Schedule.Validate(); err != nil {
 		return nil, fmt.Errorf("sim: partner: %w", err)
 	}
@@ -171,7 +186,7 @@ func NewPartner(clock *Clock, start time.Time, cfg PartnerConfig) (*Partner, err
 	case cfg.Slowdown < 0:
 		return nil, fmt.Errorf("sim: partner: Slowdown %v is negative", cfg.Slowdown)
 	}
-	return &Partner{cfg: cfg, clock: clock, start: start, seconds: make([]secondCounters, cfg.Seconds),
+	return &Partner{cfg: cfg, clock: clock, epoch: start, start: start, seconds: make([]secondCounters, cfg.Seconds),
 		slots: make([]slotCounters, cfg.Seconds*int(time.Second/SlotLength))}, nil
 }
 
@@ -278,6 +293,42 @@ func (p *Partner) Seconds() []Second {
 	return out
 }
 
+// Answer is one attempt reaching the partner in process: it admits it
+// (first tells whether it is a first attempt, due when it was due), waits
+// its simulated latency and returns the partner's answer, with no body. It
+// returns ctx's error if ctx ends during the wait.
+func (p *Partner) Answer(ctx context.Context, first bool, due time.Time) (*http.Response, error) {
+	status, h, err := p.answer(ctx, first, due, true)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Response{StatusCode: status, Status: strconv.Itoa(status) + " " + http.StatusText(status),
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Body: http.NoBody}, nil
+}
+
+func (p *Partner) answer(ctx context.Context, first bool, due time.Time, hasDue bool) (int, http.Header, error) {
+	now := p.clock.Now()
+	d := p.Admit(now, first)
+	if hasDue {
+		p.RecordLag(now, due, first)
+	}
+	if d.Latency > 0 {
+		if err := p.clock.Sleep(ctx, d.Latency); err != nil {
+			return 0, nil, err // the client went away
+		}
+	}
+	h := http.Header{}
+	if d.Served {
+		return http.StatusOK, h, nil
+	}
+	if ra := p.cfg.RetryAfter; ra > 0 {
+		secs := int64((ra + time.Second - 1) / time.Second)
+		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+		h.Set("X-Amz-Retry-After", strconv.FormatInt(ra.Milliseconds(), 10))
+	}
+	return p.cfg.RejectStatus, h, nil
+}
+
 // ServeHTTP admits the call, waits its simulated latency and answers 200,
 // or RejectStatus with Retry-After.
 //
@@ -285,31 +336,26 @@ func (p *Partner) Seconds() []Second {
 // call is in service, which takes simulated time, not in transit, which
 // the clock's backpressure counts (see Clock.Busy).
 func (p *Partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p.clock.Busy(-1)
-	defer p.clock.Busy(+1)
+	if p.busy != nil {
+		p.busy(-1)
+		defer p.busy(+1)
+	}
 	first := r.Header.Get(AttemptHeader) == "1"
-	now := p.clock.Now()
-	d := p.Admit(now, first)
-	if v := r.Header.Get(DueHeader); v != "" {
-		if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
-			p.RecordLag(now, p.clock.Epoch().Add(time.Duration(ns)), first)
-		}
+	var due time.Time
+	v := r.Header.Get(DueHeader)
+	ns, perr := strconv.ParseInt(v, 10, 64)
+	hasDue := v != "" && perr == nil
+	if hasDue {
+		due = p.epoch.Add(time.Duration(ns))
 	}
-	if d.Latency > 0 {
-		if err := p.clock.Sleep(r.Context(), d.Latency); err != nil {
-			return // the client went away
-		}
-	}
-	if d.Served {
-		w.WriteHeader(http.StatusOK)
+	status, h, err := p.answer(r.Context(), first, due, hasDue)
+	if err != nil {
 		return
 	}
-	if ra := p.cfg.RetryAfter; ra > 0 {
-		secs := int64((ra + time.Second - 1) / time.Second)
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-		w.Header().Set("X-Amz-Retry-After", strconv.FormatInt(ra.Milliseconds(), 10))
+	for k, vs := range h {
+		w.Header()[k] = vs
 	}
-	w.WriteHeader(p.cfg.RejectStatus)
+	w.WriteHeader(status)
 }
 
 // Server is a Partner listening on loopback.

@@ -145,8 +145,9 @@ type Result struct {
 	SimulatedTail Duration `json:"simulated_tail_seconds"`
 }
 
-func (rn *run) result(info StrategyInfo, partner *Partner, usage [3]StoreUsage, hasStore bool) *Result {
+func (rn *run) result(info StrategyInfo, hasStore bool) *Result {
 	cfg := rn.cfg
+	partner, usage := rn.partner, rn.usage
 	secs := partner.Seconds()
 	res := &Result{Strategy: info.Key, Label: info.Label(cfg), HasBreaker: info.Breaker, AttemptsSent: rn.tally.attempts.Load()}
 	res.KeepUp.Lag = partner.Lag()
@@ -202,6 +203,9 @@ func (rn *run) result(info StrategyInfo, partner *Partner, usage [3]StoreUsage, 
 		r, w := perCall(float64(usage[2].Reads), calls), perCall(float64(usage[2].Writes), calls)
 		res.StoreReadsPerCall, res.StoreWritesPerCall = &r, &w
 	}
+	if c, ok := rn.strategy.(interface{ CapacityUse() *CapacityUse }); ok {
+		res.Capacity = c.CapacityUse()
+	}
 	if g, ok := rn.strategy.(interface{ GlobalRatioUse() *RatioUse }); ok {
 		if use := g.GlobalRatioUse(); use != nil {
 			b := use.Over(rn.t0.Add(cfg.OutageStart), rn.t0.Add(cfg.OutageStart+cfg.OutageLength))
@@ -213,7 +217,7 @@ func (rn *run) result(info StrategyInfo, partner *Partner, usage [3]StoreUsage, 
 	envs := append([]*env(nil), rn.envs...)
 	rn.mu.Unlock()
 	res.Envs = len(envs)
-	outageStart := rn.t0.Add(cfg.OutageStart).Sub(rn.clock.Epoch())
+	outageStart := rn.t0.Add(cfg.OutageStart).Sub(rn.epoch)
 	first := time.Duration(-1)
 	for _, e := range envs {
 		if v := e.firstOpen.Load(); v > 0 {
@@ -228,7 +232,7 @@ func (rn *run) result(info StrategyInfo, partner *Partner, usage [3]StoreUsage, 
 		res.BreakerFirstOpen = &d
 		window := breakerWindow(cfg)
 		res.BreakerWindow = Duration(window)
-		at := first - rn.t0.Sub(rn.clock.Epoch()) // since second 0
+		at := first - rn.t0.Sub(rn.epoch) // since second 0
 		slots := partner.Slots()
 		if r, ok := failureRatio(slots, at-window, at); ok {
 			res.BreakerFirstOpenFailureRatio = &r
@@ -252,7 +256,7 @@ func (rn *run) result(info StrategyInfo, partner *Partner, usage [3]StoreUsage, 
 		if all {
 			d := Duration(latest - outageStart)
 			res.BreakerOpenAll = &d
-			from := int(math.Ceil((latest - rn.t0.Sub(rn.clock.Epoch())).Seconds()))
+			from := int(math.Ceil((latest - rn.t0.Sub(rn.epoch)).Seconds()))
 			var n int64
 			for i := max(from, 0); i < len(secs); i++ {
 				if sched.InOutage(i) {
@@ -303,6 +307,8 @@ type CapacityUse struct {
 	// WriteUnits and ReadUnits are the units consumed over the run.
 	WriteUnits float64 `json:"write_units"`
 	ReadUnits  float64 `json:"read_units"`
+	// LargestItem is the largest item written, in bytes.
+	LargestItem int `json:"largest_item_bytes"`
 }
 
 // Report is the whole run, as printed by -json.
@@ -335,7 +341,8 @@ type ReportConfig struct {
 	FailClosed      bool     `json:"fail_closed,omitempty"`       // -fail-closed
 	GlobalWithLocal bool     `json:"global_with_local,omitempty"` // -global-with-local
 	Seed            uint64   `json:"seed"`
-	Speed           float64  `json:"speed"`
+	Partner         string   `json:"partner"`
+	Speed           float64  `json:"speed,omitempty"`
 	Store           string   `json:"store"`
 	PriceRead       float64  `json:"price_read_per_million_units,omitempty"`
 	PriceWrite      float64  `json:"price_write_per_million_units,omitempty"`
@@ -354,13 +361,16 @@ func NewReport(c Config, results []*Result) Report {
 		OutageStart: Duration(c.OutageStart), OutageLength: Duration(c.OutageLength),
 		RejectStatus: c.RejectStatus, RetryAfter: Duration(c.RetryAfter), Latency: Duration(c.Latency),
 		Slowdown: Duration(c.Slowdown), Attempts: c.Attempts, Ratio: c.Ratio, Window: Duration(c.Window),
-		Seed: c.Seed, Speed: c.Speed, Store: store, FailClosed: c.FailClosed, GlobalWithLocal: c.LocalUnder,
+		Seed: c.Seed, Partner: c.Partner, Store: store, FailClosed: c.FailClosed, GlobalWithLocal: c.LocalUnder,
 	}
 	if c.ScaleOut {
 		rc.MaxEnvs, rc.ScaleRate = c.MaxEnvs, c.ScaleRate
 	}
 	if c.DynamoEndpoint != "" {
 		rc.PriceRead, rc.PriceWrite = c.PriceRead, c.PriceWrite
+	}
+	if c.Partner == PartnerHTTP {
+		rc.Speed = c.Speed
 	}
 	return Report{Config: rc, Results: results}
 }

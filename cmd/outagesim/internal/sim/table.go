@@ -31,10 +31,14 @@ func WriteTable(w io.Writer, r Report) error {
 	if c.Outage != "" {
 		outage = c.Outage + " outage: "
 	}
-	fmt.Fprintf(w, "outagesim: %s, %d new calls/s for %s; partner serves %d/s, %s%d/s from %s for %s (%d + %s); %d attempts, ratio %g over %s; seed %d; simulated time x%g; stores: %s\n",
+	engine := fmt.Sprintf("HTTP partner on loopback, simulated time x%g", c.Speed)
+	if c.Partner == PartnerInproc {
+		engine = "partner in process, virtual time"
+	}
+	fmt.Fprintf(w, "outagesim: %s, %d new calls/s for %s; partner serves %d/s, %s%d/s from %s for %s (%d + %s); %d attempts, ratio %g over %s; seed %d; %s; stores: %s\n",
 		fleet, c.Rate, fmtDur(time.Duration(c.Duration)), c.Capacity, outage, c.OutageCapacity,
 		fmtDur(time.Duration(c.OutageStart)), fmtDur(time.Duration(c.OutageLength)), c.RejectStatus, retryAfter,
-		c.Attempts, c.Ratio, fmtDur(time.Duration(c.Window)), c.Seed, c.Speed, c.Store)
+		c.Attempts, c.Ratio, fmtDur(time.Duration(c.Window)), c.Seed, engine, c.Store)
 	behind := 0
 	for _, res := range r.Results {
 		if res.KeepUp.Behind() {
@@ -75,7 +79,11 @@ func WriteTable(w io.Writer, r Report) error {
 	if err := writeCosts(w, r); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nsimulated time, nominal x%g; effective (stops for backlog and stalls included):", c.Speed)
+	if c.Partner == PartnerInproc {
+		fmt.Fprint(w, "\nin process, virtual time; simulated seconds per real second:")
+	} else {
+		fmt.Fprintf(w, "\nsimulated time, nominal x%g; effective (stops for backlog and stalls included):", c.Speed)
+	}
 	for i, res := range r.Results {
 		sep := ","
 		if i == 0 {
@@ -203,7 +211,7 @@ func writeKeepUp(w io.Writer, r Report) {
 			fmt.Fprintf(w, "  %s: %s\n", res.Label, p)
 		}
 	}
-	fmt.Fprintln(w, "  "+keepUpAdvice(r.Config))
+	fmt.Fprintln(w, "  "+keepUpAdvice(r))
 }
 
 func fmtDur(d time.Duration) string {
