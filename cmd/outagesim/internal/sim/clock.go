@@ -58,6 +58,10 @@ type Clock struct {
 	// never passes: the driver's pace (see SetHorizon).
 	horizon atomic.Int64
 
+	// Sleeps that ended: all, those that ended more than LateAfter past
+	// their target (the goroutine ran late), and the largest overshoot.
+	sleeps, lateSleeps, maxOvershoot, overshoot atomic.Int64
+
 	mu      sync.Mutex    // serialises stops and restarts; guards the fields below
 	paused  time.Duration // real time spent stopped, finished stops only
 	stops   int
@@ -180,6 +184,7 @@ func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 		}
 		rem := target.Sub(c.now(st))
 		if rem <= 0 {
+			c.sleepEnded(-rem)
 			return ctx.Err()
 		}
 		if t == nil {
@@ -191,6 +196,21 @@ func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 		case <-t.C:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// sleepEnded counts a sleep that ended over past its target.
+func (c *Clock) sleepEnded(over time.Duration) {
+	c.sleeps.Add(1)
+	c.overshoot.Add(int64(over))
+	if over > LateAfter {
+		c.lateSleeps.Add(1)
+	}
+	for {
+		m := c.maxOvershoot.Load()
+		if int64(over) <= m || c.maxOvershoot.CompareAndSwap(m, int64(over)) {
+			return
 		}
 	}
 }
@@ -291,6 +311,15 @@ type ClockStats struct {
 	// Skipped is real time not counted as simulated time because the
 	// process did not run (see SetMaxStep).
 	Skipped Duration `json:"skipped_seconds"`
+	// Sleeps counts the sleeps that ended (backoffs, Retry-After waits,
+	// the partner's service time), LateSleeps those that ended more than
+	// LateAfter of simulated time past their target because their
+	// goroutine ran late, and MaxOvershoot is the latest one.
+	Sleeps       int64    `json:"sleeps,omitempty"`
+	LateSleeps   int64    `json:"late_sleeps,omitempty"`
+	MaxOvershoot Duration `json:"max_sleep_overshoot_seconds,omitempty"`
+	// MeanOvershoot is the mean of how late sleeps ended.
+	MeanOvershoot Duration `json:"mean_sleep_overshoot_seconds,omitempty"`
 }
 
 // Stats returns the clock's stops and skips so far.
@@ -301,5 +330,7 @@ func (c *Clock) Stats() ClockStats {
 	if st := c.state.Load(); st.stopped {
 		paused += c.wall().Sub(st.real)
 	}
-	return ClockStats{Paused: Duration(paused), Stops: c.stops, Forced: c.forced, Skipped: Duration(c.skipped)}
+	return ClockStats{Paused: Duration(paused), Stops: c.stops, Forced: c.forced, Skipped: Duration(c.skipped),
+		Sleeps: c.sleeps.Load(), LateSleeps: c.lateSleeps.Load(), MaxOvershoot: Duration(c.maxOvershoot.Load()),
+		MeanOvershoot: Duration(c.overshoot.Load() / max(c.sleeps.Load(), 1))}
 }

@@ -30,9 +30,15 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 	fs.SetOutput(errOut)
 	fs.Usage = func() {
 		fmt.Fprintf(errOut, "Usage: %s [flags]\n\n", name)
-		fmt.Fprintf(errOut, "Runs a fleet of execution environments against a loopback partner that loses\n"+
-			"capacity for a while, once per retry strategy, and shows what each strategy\n"+
-			"does to the partner. Durations are simulated time (see -speed).\n\nFlags:\n")
+		fmt.Fprintf(errOut, "Runs a fleet of execution environments against a partner that loses capacity\n"+
+			"for a while, once per retry strategy, and shows what each strategy does to\n"+
+			"the partner. Durations are simulated time.\n\n"+
+			"  %[1]s                           50 busy environments, HTTP on loopback (about 40 s)\n"+
+			"  %[1]s -fleet lambda             1,000 environments, one call per second each, in process (a few s)\n"+
+			"  %[1]s -fleet lambda -scale-out  the same, Lambda adding environments while calls are slow\n"+
+			"  %[1]s -outage partial           the partner keeps half its capacity: the breaker should stay closed\n"+
+			"\nOver HTTP (-partner http) a run the machine could not keep up with is marked\n"+
+			"'!' and explained; -partner inproc runs in virtual time on any machine.\n\nFlags:\n", name)
 		fs.PrintDefaults()
 	}
 

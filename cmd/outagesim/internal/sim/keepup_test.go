@@ -26,6 +26,10 @@ func TestJudgeKeepUp(t *testing.T) {
 		"late":    {func(r *Result) { r.KeepUp.Lag.Late, r.KeepUp.Lag.LateFirst = 1001, 900 }, "1001 of 100000 attempts (900 of 60000 first attempts) reached the partner more than 100ms after they were due (up to 1s late)"},
 		"missing": {func(r *Result) { r.FirstAttemptsInOutage = 10_000 }, "10000 of the 20000 first attempts of calls scheduled in the outage did not reach the partner during it"},
 		"forced":  {func(r *Result) { r.Clock.Forced = 2 }, "the clock's watchdog restarted simulated time 2 times"},
+		"sleeps": {func(r *Result) {
+			r.Clock.Sleeps, r.Clock.LateSleeps, r.Clock.MaxOvershoot = 1000, 11, Duration(time.Second)
+		},
+			"11 of 1000 sleeps (backoffs, Retry-After waits, the partner's service time) ended more than 100ms late (up to 1s)"},
 	} {
 		r := ok()
 		tc.mut(r)
@@ -34,6 +38,25 @@ func TestJudgeKeepUp(t *testing.T) {
 			t.Errorf("%s: %+v, want the problem %q", name, k, tc.want)
 		}
 	}
+	// Small delays on average matter where environments take one call at
+	// a time (how long a call holds one decides throttling), not in a busy
+	// fleet.
+	slow := func() *Result {
+		r := ok()
+		r.KeepUp.Lag.Mean, r.Clock.Sleeps, r.Clock.MeanOvershoot = Duration(12*time.Millisecond), 1000, Duration(6*time.Millisecond)
+		return r
+	}
+	if k := judgeKeepUp(cfg, slow()); k.Behind() {
+		t.Errorf("busy fleet, means of 12 and 6 ms: %+v, want kept up", k)
+	}
+	lambda := LambdaConfig()
+	lambda.Partner = PartnerHTTP
+	k := judgeKeepUp(lambda, slow())
+	if len(k.Problems) != 2 || !strings.Contains(k.Problems[0], "attempts reached the partner 12.0ms after they were due on average") ||
+		!strings.Contains(k.Problems[1], "sleeps ended 6.0ms late on average") {
+		t.Errorf("Lambda-shaped fleet, means of 12 and 6 ms: %+v, want both reported", k)
+	}
+
 	// A slow run is noted, not condemned: the clock stopped for it.
 	r := ok()
 	r.Clock.EffectiveSpeed = 2

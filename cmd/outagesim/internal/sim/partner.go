@@ -131,12 +131,13 @@ type Lag struct {
 	// due; LateFirst the first attempts among them.
 	Late      int64 `json:"late"`
 	LateFirst int64 `json:"late_first_attempts"`
-	// Max is the largest lag seen.
-	Max Duration `json:"max_seconds"`
+	// Max is the largest lag seen, Mean the mean.
+	Max  Duration `json:"max_seconds"`
+	Mean Duration `json:"mean_seconds"`
 }
 
 type lagCounters struct {
-	measured, firstMeasured, late, lateFirst, max atomic.Int64
+	measured, firstMeasured, late, lateFirst, max, sum atomic.Int64
 }
 
 // Partner is the overloaded partner API: a net/http handler that serves at
@@ -243,6 +244,7 @@ func (p *Partner) slotOf(now time.Time) int {
 func (p *Partner) RecordLag(now, due time.Time, first bool) {
 	lag := now.Sub(due)
 	p.lag.measured.Add(1)
+	p.lag.sum.Add(int64(lag))
 	if first {
 		p.lag.firstMeasured.Add(1)
 	}
@@ -265,7 +267,7 @@ func (p *Partner) Lag() Lag {
 	return Lag{
 		Measured: p.lag.measured.Load(), FirstMeasured: p.lag.firstMeasured.Load(),
 		Late: p.lag.late.Load(), LateFirst: p.lag.lateFirst.Load(),
-		Max: Duration(p.lag.max.Load()),
+		Max: Duration(p.lag.max.Load()), Mean: Duration(p.lag.sum.Load() / max(p.lag.measured.Load(), 1)),
 	}
 }
 
