@@ -190,7 +190,15 @@ func writeStores(w io.Writer, r Report) error {
 			res.Before.StoreReadsPerCall, res.Before.StoreWritesPerCall,
 			res.Outage.StoreReadsPerCall, res.Outage.StoreWritesPerCall, run, wcu, rcu, throttled)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, res := range rows {
+		if u := res.Capacity; u != nil && u.HottestWriteItem != "" {
+			fmt.Fprintf(w, "  %s: hottest item %s; largest item %d bytes\n", res.Label, u.HottestWriteItem, u.LargestItem)
+		}
+	}
+	return nil
 }
 
 // writeKeepUp says, strategy by strategy, what kept the machine from
