@@ -16,12 +16,9 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
-)
 
-// Items that only serve a lapsed lease or override are kept this long past
-// it before TTL removes them; it is only clean-up (probe slot items are
-// reused by later epochs anyway).
-const cleanupGrace = 24 * time.Hour
+	"github.com/herdguard/herdguard/internal/layout"
+)
 
 // BreakerStoreConfig holds a BreakerStore's optional settings. The zero
 // value is ready to use.
@@ -102,23 +99,31 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	if err := ctx.Err(); err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, err)
 	}
-	sk, ovk := stateKey(name), overrideKey(name)
+	sk, ovk := layout.StateKey(name), layout.OverrideKey(name)
 	done := s.counters.instrument(s.cfg.OnRequest, opRead, "BatchGetItem", sk)
 	out, err := answer(s.api.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{
 		RequestItems: map[string]types.KeysAndAttributes{
 			s.table: {Keys: []map[string]types.AttributeValue{keyAttr(sk), keyAttr(ovk)}, ConsistentRead: aws.Bool(false)},
 		},
+		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
 	}))
+	err = markThrottled(err)
+	if err == nil {
+		for i := range out.ConsumedCapacity {
+			s.counters.consumed(opRead, &out.ConsumedCapacity[i])
+		}
+	}
 	done(err)
 	if err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem: %w", err))
 	}
 	if n := len(out.UnprocessedKeys[s.table].Keys); n > 0 {
-		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem left %d of 2 keys unprocessed (throttled)", n))
+		s.counters.throttled.Add(1)
+		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem left %d of 2 keys unprocessed: %w", n, budget.ErrThrottled))
 	}
 	var stateAttrs, overrideAttrs map[string]types.AttributeValue
 	for _, attrs := range out.Responses[s.table] {
-		switch pk, _, _ := (item{attrs: attrs}).str(attrPK); pk {
+		switch pk, _, _ := (item{attrs: attrs}).str(layout.AttrPK); pk {
 		case sk:
 			stateAttrs = attrs
 		case ovk:
@@ -194,12 +199,12 @@ func reportExpression(name string, window time.Time, env string, successes, fail
 	if err != nil {
 		return "", none, err
 	}
-	s, f, e := expression.Name(attrSuccesses), expression.Name(attrFailures), expression.Name(attrEnvs)
+	s, f, e := expression.Name(layout.AttrSuccesses), expression.Name(layout.AttrFailures), expression.Name(layout.AttrEnvs)
 	update := expression.
 		Add(s, numberValue(successes)).
 		Add(f, numberValue(failures)).
 		Add(e, expression.Value(&types.AttributeValueMemberSS{Value: []string{env}})).
-		Set(expression.Name(attrExpires), numberValue(exp))
+		Set(expression.Name(layout.AttrExpires), numberValue(exp))
 	cond := expression.And(
 		expression.Or(s.AttributeNotExists(), s.AttributeType(expression.Number)),
 		expression.Or(f.AttributeNotExists(), f.AttributeType(expression.Number)),
@@ -209,7 +214,7 @@ func reportExpression(name string, window time.Time, env string, successes, fail
 	if err != nil {
 		return "", none, fmt.Errorf("building the update expression: %w", err)
 	}
-	return windowKey(name, ms), expr, nil
+	return layout.WindowKey(name, ms), expr, nil
 }
 
 // Transition writes next into the state item "c#<name>" with one
@@ -293,19 +298,19 @@ func transitionExpression(name string, prevEpoch uint64, next breaker.Snapshot) 
 	if next.Reopens < 0 || int64(next.Reopens) > maxReopens {
 		return "", none, fmt.Errorf("next reopens %d must be in [0, %d]", next.Reopens, maxReopens)
 	}
-	epoch := expression.Name(attrEpoch)
+	epoch := expression.Name(layout.AttrEpoch)
 	update := expression.
-		Set(expression.Name(attrState), stringValue(next.State.String())).
+		Set(expression.Name(layout.AttrState), stringValue(next.State.String())).
 		Set(epoch, uintValue(next.Epoch)).
-		Set(expression.Name(attrReopens), numberValue(int64(next.Reopens)))
+		Set(expression.Name(layout.AttrReopens), numberValue(int64(next.Reopens)))
 	if next.OpenUntil.IsZero() {
-		update = update.Remove(expression.Name(attrOpenUntil))
+		update = update.Remove(expression.Name(layout.AttrOpenUntil))
 	} else {
 		ms, err := unixMilli("next open-until", next.OpenUntil)
 		if err != nil {
 			return "", none, err
 		}
-		update = update.Set(expression.Name(attrOpenUntil), numberValue(ms))
+		update = update.Set(expression.Name(layout.AttrOpenUntil), numberValue(ms))
 	}
 	cond := epoch.Equal(uintValue(prevEpoch))
 	if prevEpoch == 0 {
@@ -315,22 +320,27 @@ func transitionExpression(name string, prevEpoch uint64, next breaker.Snapshot) 
 	if err != nil {
 		return "", none, fmt.Errorf("building the update expression: %w", err)
 	}
-	return stateKey(name), expr, nil
+	return layout.StateKey(name), expr, nil
 }
 
 // readOverride reads the override item with an eventually consistent
 // GetItem.
 func (s *BreakerStore) readOverride(ctx context.Context, name string) (breaker.Override, time.Time, error) {
-	key := overrideKey(name)
+	key := layout.OverrideKey(name)
 	if err := ctx.Err(); err != nil {
 		return breaker.NoOverride, time.Time{}, err
 	}
 	done := s.counters.instrument(s.cfg.OnRequest, opRead, "GetItem", key)
 	out, err := answer(s.api.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(s.table),
-		Key:            keyAttr(key),
-		ConsistentRead: aws.Bool(false),
+		TableName:              aws.String(s.table),
+		Key:                    keyAttr(key),
+		ConsistentRead:         aws.Bool(false),
+		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
 	}))
+	err = markThrottled(err)
+	if err == nil {
+		s.counters.consumed(opRead, out.ConsumedCapacity)
+	}
 	done(err)
 	if err != nil {
 		return breaker.NoOverride, time.Time{}, fmt.Errorf("GetItem: %w", err)
@@ -367,19 +377,24 @@ func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint
 	}
 	for i := range limit {
 		slot := (start + i) % limit
-		key := probeKey(name, slot)
+		key := layout.ProbeKey(name, slot)
 		if err := ctx.Err(); err != nil {
 			return -1, s.fail("AcquireProbe", name, err)
 		}
 		done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
-		_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(s.table),
 			Key:                       keyAttr(key),
 			UpdateExpression:          expr.Update(),
 			ConditionExpression:       expr.Condition(),
 			ExpressionAttributeNames:  expr.Names(),
 			ExpressionAttributeValues: expr.Values(),
+			ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
 		})
+		err = markThrottled(err)
+		if err == nil && out != nil { // the answer is not needed otherwise
+			s.counters.consumed(opWrite, out.ConsumedCapacity)
+		}
 		done(err)
 		if err == nil {
 			return slot, nil
@@ -415,17 +430,17 @@ func probeExpression(name string, epoch uint64, limit int, now, leaseUntil time.
 	if leaseMs <= nowMs {
 		return none, fmt.Errorf("lease end %s is not after now %s", leaseUntil.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
 	}
-	exp, err := ttlSeconds("lease end", leaseUntil.Add(cleanupGrace))
+	exp, err := ttlSeconds("lease end", leaseUntil.Add(layout.CleanupGrace))
 	if err != nil {
 		return none, err
 	}
-	e, l := expression.Name(attrEpoch), expression.Name(attrLeaseUntil)
+	e, l := expression.Name(layout.AttrEpoch), expression.Name(layout.AttrLeaseUntil)
 	update := expression.
 		Set(e, uintValue(epoch)).
 		Set(l, numberValue(leaseMs)).
-		Set(expression.Name(attrExpires), numberValue(exp))
+		Set(expression.Name(layout.AttrExpires), numberValue(exp))
 	cond := expression.Or(
-		expression.Name(attrPK).AttributeNotExists(),
+		expression.Name(layout.AttrPK).AttributeNotExists(),
 		e.AttributeType(expression.Number).Not(),
 		e.NotEqual(uintValue(epoch)),
 		l.AttributeType(expression.Number).Not(),
@@ -465,13 +480,18 @@ func (s *BreakerStore) SetOverride(ctx context.Context, name string, o breaker.O
 		return s.fail("SetOverride", name, err)
 	}
 	done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
-	_, err = s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.table),
 		Key:                       keyAttr(key),
 		UpdateExpression:          expr.Update(),
 		ExpressionAttributeNames:  expr.Names(),
 		ExpressionAttributeValues: expr.Values(),
+		ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
 	})
+	err = markThrottled(err)
+	if err == nil && out != nil { // the answer is not needed otherwise
+		s.counters.consumed(opWrite, out.ConsumedCapacity)
+	}
 	done(err)
 	if err != nil {
 		return s.fail("SetOverride", name, fmt.Errorf("UpdateItem: %w", err))
@@ -489,29 +509,29 @@ func overrideExpression(name string, o breaker.Override, until time.Time) (strin
 	if _, err := breaker.ParseOverride(o.String()); err != nil {
 		return "", none, err
 	}
-	update := expression.Set(expression.Name(attrOverride), stringValue(o.String()))
+	update := expression.Set(expression.Name(layout.AttrOverride), stringValue(o.String()))
 	if !until.IsZero() && o != breaker.NoOverride {
 		ms, err := unixMilli("override end", until)
 		if err != nil {
 			return "", none, err
 		}
-		exp, err := ttlSeconds("override end", until.Add(cleanupGrace))
+		exp, err := ttlSeconds("override end", until.Add(layout.CleanupGrace))
 		if err != nil {
 			return "", none, err
 		}
 		update = update.
-			Set(expression.Name(attrUntil), numberValue(ms)).
-			Set(expression.Name(attrExpires), numberValue(exp))
+			Set(expression.Name(layout.AttrUntil), numberValue(ms)).
+			Set(expression.Name(layout.AttrExpires), numberValue(exp))
 	} else {
 		update = update.
-			Remove(expression.Name(attrUntil)).
-			Remove(expression.Name(attrExpires))
+			Remove(expression.Name(layout.AttrUntil)).
+			Remove(expression.Name(layout.AttrExpires))
 	}
 	expr, err := expression.NewBuilder().WithUpdate(update).Build()
 	if err != nil {
 		return "", none, fmt.Errorf("building the update expression: %w", err)
 	}
-	return overrideKey(name), expr, nil
+	return layout.OverrideKey(name), expr, nil
 }
 
 // decodeState decodes a state item; nil attrs (no item) is the zero
@@ -522,27 +542,27 @@ func decodeState(key string, attrs map[string]types.AttributeValue) (breaker.Sna
 		return snap, nil
 	}
 	it := item{key: key, attrs: attrs}
-	st, ok, err := it.str(attrState)
+	st, ok, err := it.str(layout.AttrState)
 	switch {
 	case err != nil:
 		return snap, err
 	case !ok:
-		return snap, it.malformed(attrState, "is missing")
+		return snap, it.malformed(layout.AttrState, "is missing")
 	}
 	if snap.State, ok = parseState(st); !ok {
-		return snap, it.malformed(attrState, "is %q, want \"closed\", \"open\" or \"half-open\"", st)
+		return snap, it.malformed(layout.AttrState, "is %q, want \"closed\", \"open\" or \"half-open\"", st)
 	}
-	epoch, err := it.requiredInt64In(attrEpoch, 0, maxEpoch)
+	epoch, err := it.requiredInt64In(layout.AttrEpoch, 0, maxEpoch)
 	if err != nil {
 		return snap, err
 	}
 	snap.Epoch = uint64(epoch)
-	reopens, _, err := it.int64In(attrReopens, 0, maxReopens)
+	reopens, _, err := it.int64In(layout.AttrReopens, 0, maxReopens)
 	if err != nil {
 		return snap, err
 	}
 	snap.Reopens = int(reopens)
-	if snap.OpenUntil, err = it.unixMilli(attrOpenUntil); err != nil {
+	if snap.OpenUntil, err = it.unixMilli(layout.AttrOpenUntil); err != nil {
 		return snap, err
 	}
 	return snap, nil
@@ -555,18 +575,18 @@ func decodeOverride(key string, attrs map[string]types.AttributeValue) (breaker.
 		return breaker.NoOverride, time.Time{}, nil
 	}
 	it := item{key: key, attrs: attrs}
-	s, ok, err := it.str(attrOverride)
+	s, ok, err := it.str(layout.AttrOverride)
 	switch {
 	case err != nil:
 		return breaker.NoOverride, time.Time{}, err
 	case !ok:
-		return breaker.NoOverride, time.Time{}, it.malformed(attrOverride, "is missing")
+		return breaker.NoOverride, time.Time{}, it.malformed(layout.AttrOverride, "is missing")
 	}
 	o, perr := breaker.ParseOverride(s)
 	if perr != nil {
-		return breaker.NoOverride, time.Time{}, it.malformed(attrOverride, "is %q, want \"none\", \"force-open\", \"force-closed\" or \"disabled\"", s)
+		return breaker.NoOverride, time.Time{}, it.malformed(layout.AttrOverride, "is %q, want \"none\", \"force-open\", \"force-closed\" or \"disabled\"", s)
 	}
-	until, err := it.unixMilli(attrUntil)
+	until, err := it.unixMilli(layout.AttrUntil)
 	if err != nil {
 		return breaker.NoOverride, time.Time{}, err
 	}
@@ -582,13 +602,13 @@ func decodeTally(key string, attrs map[string]types.AttributeValue) (breaker.Tal
 	}
 	it := item{key: key, attrs: attrs}
 	var err error
-	if t.Successes, _, err = it.int64In(attrSuccesses, 0, 1<<63-1); err != nil {
+	if t.Successes, _, err = it.int64In(layout.AttrSuccesses, 0, 1<<63-1); err != nil {
 		return t, err
 	}
-	if t.Failures, _, err = it.int64In(attrFailures, 0, 1<<63-1); err != nil {
+	if t.Failures, _, err = it.int64In(layout.AttrFailures, 0, 1<<63-1); err != nil {
 		return t, err
 	}
-	envs, err := it.stringSet(attrEnvs)
+	envs, err := it.stringSet(layout.AttrEnvs)
 	if err != nil {
 		return t, err
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 var placeholder = regexp.MustCompile(`[#:][A-Za-z0-9_]+`)
@@ -214,7 +216,7 @@ func TestTransitionExpression(t *testing.T) {
 		}
 		// The override is never written by a transition.
 		for _, n := range e.Names() {
-			if n == attrOverride || n == attrUntil {
+			if n == layout.AttrOverride || n == layout.AttrUntil {
 				t.Errorf("transition expression names %q", n)
 			}
 		}

@@ -2,50 +2,10 @@ package dynamo
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
-)
-
-// Attribute names. Every item has attrPK; the others are per item kind, as
-// listed in the package documentation.
-const (
-	attrPK      = "pk"      // S: the item's key, see the key functions below
-	attrExpires = "expires" // N: TTL, seconds since the Unix epoch
-
-	// budget window shard
-	attrAllowance = "allowance" // N: retries left in the shard's window
-
-	// breaker state
-	attrState     = "state"      // S: "closed", "open" or "half-open"
-	attrEpoch     = "epoch"      // N: transition counter (also on probe slots)
-	attrOpenUntil = "open_until" // N: Unix ms; absent when zero
-	attrReopens   = "reopens"    // N: consecutive openings
-
-	// breaker override
-	attrOverride = "override" // S: "none", "force-open", "force-closed" or "disabled"
-	attrUntil    = "until"    // N: Unix ms; absent when the override does not lapse
-
-	// breaker fleet window
-	attrSuccesses = "successes" // N
-	attrFailures  = "failures"  // N
-	attrEnvs      = "envs"      // SS: environments that reported into the window
-
-	// half-open probe slot
-	attrLeaseUntil = "lease_until" // N: Unix ms
-)
-
-// Key layout. Names pass budget.ValidateName, so they never contain the
-// separator '#', and the prefixes "b#" and "c#" keep budgets and breakers
-// apart: two different (kind, name, ...) tuples never map to one key.
-const (
-	sep            = "#"
-	budgetPrefix   = "b" + sep
-	breakerPrefix  = "c" + sep
-	overrideSuffix = sep + "override"
-	windowInfix    = sep + "w" + sep
-	probeInfix     = sep + "p" + sep
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // OverrideKeyPattern is an IAM StringLike pattern for the condition key
@@ -62,7 +22,7 @@ const (
 //
 // and grants an operators' role writes to them only with
 // ForAllValues:StringLike (SECURITY.md).
-const OverrideKeyPattern = breakerPrefix + "*" + overrideSuffix
+const OverrideKeyPattern = layout.OverrideKeyPattern
 
 // Bounds on values the stores write or accept. Anything outside them in an
 // item is reported as a *MalformedItemError rather than trusted.
@@ -101,24 +61,7 @@ func budgetKey(k budget.Key) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("herdguard: dynamo: budget %q: %w", k.Name, err)
 	}
-	return budgetPrefix + k.Name + sep + strconv.Itoa(k.Shard) + sep + strconv.FormatInt(ms, 10), nil
-}
-
-// stateKey returns "c#<name>"; name must be valid.
-func stateKey(name string) string { return breakerPrefix + name }
-
-// overrideKey returns "c#<name>#override"; name must be valid.
-func overrideKey(name string) string { return breakerPrefix + name + overrideSuffix }
-
-// windowKey returns "c#<name>#w#<windowStartUnixMilli>"; name must be valid
-// and ms in range.
-func windowKey(name string, ms int64) string {
-	return breakerPrefix + name + windowInfix + strconv.FormatInt(ms, 10)
-}
-
-// probeKey returns "c#<name>#p#<slot>"; name must be valid.
-func probeKey(name string, slot int) string {
-	return breakerPrefix + name + probeInfix + strconv.Itoa(slot)
+	return layout.BudgetKey(k.Name, k.Shard, ms), nil
 }
 
 // unixMilli converts a time the stores write into Unix milliseconds. It
@@ -142,5 +85,5 @@ func ttlSeconds(what string, t time.Time) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return (ms + 999) / 1000, nil
+	return layout.TTLSeconds(ms), nil
 }
