@@ -371,7 +371,7 @@ func (f *fleet) result() *Result {
 
 	b := &r.Breaker
 	b.FleetOpen, b.FirstEnvOpen, b.HealAt, b.LastClosed = rec.fleetOpen, Never, f.partner.healAt, Never
-	b.TrueFailureRatio = math.NaN()
+	b.TrueFailureRatio = -1
 	if b.FleetOpen != Never {
 		b.TrueFailureRatio, b.TrueAttempts = rec.trueFailureRatio(b.FleetOpen)
 	}

@@ -3,7 +3,6 @@ package fleetsim
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -86,7 +85,7 @@ func (r *recorder) attempt(e *env, t time.Duration, first, failed bool, healAt t
 }
 
 // trueFailureRatio returns the share of attempts that failed in [at −
-// window, at), and the number of attempts.
+// window, at) (−1 without attempts), and the number of attempts.
 func (r *recorder) trueFailureRatio(at time.Duration) (float64, int64) {
 	hi := min(int(at/bucketWidth), len(r.attempts))
 	lo := max(int((at-r.window)/bucketWidth), 0)
@@ -96,7 +95,7 @@ func (r *recorder) trueFailureRatio(at time.Duration) (float64, int64) {
 		f += int64(r.fails[i])
 	}
 	if a == 0 {
-		return math.NaN(), 0
+		return -1, 0
 	}
 	return float64(f) / float64(a), a
 }

@@ -210,7 +210,8 @@ type BreakerResult struct {
 	// FleetOpen is when the fleet first opened: the first successful
 	// Transition to Open in the shared store. TrueFailureRatio is the
 	// share of the fleet's attempts that failed over the Window before that
-	// moment (TrueAttempts attempts); NaN when it never opened.
+	// moment (TrueAttempts attempts); −1 when it never opened. (Results
+	// hold no NaN, so that reflect.DeepEqual compares them.)
 	FleetOpen        time.Duration
 	TrueFailureRatio float64
 	TrueAttempts     int64

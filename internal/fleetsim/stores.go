@@ -7,12 +7,14 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/capacity"
-	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/internal/memstore"
 )
 
 // Stores are the shared stores of a run, as one environment sees them:
-// in-memory stores shared by the whole fleet, behind a thin layer that
-// counts every request for the results.
+// internal/memstore's stores shared by the whole fleet (one table, billed
+// and throttled by DynamoDB's capacity model unless
+// Config.NoCapacityModel), behind a thin layer that counts every request
+// for the results.
 type Stores struct {
 	Budget  budget.Store
 	Breaker breaker.Store
@@ -33,16 +35,18 @@ type shared struct {
 	meter   *capacity.Meter // nil: no capacity model
 }
 
-// newShared returns the in-memory stores on the simulated clock.
-//
-// TODO(capmodel): move to internal/memstore with the Meter once that
-// branch is merged; until then the capacity model is not applied and
-// meter is nil.
-func newShared(clock *Clock, _ bool) *shared {
-	opts := local.StoreOptions{Now: clock.Now}
+// newShared returns the in-memory stores on the simulated clock, one table
+// for both, billed by a capacity.Meter that throttles hot items as
+// DynamoDB does, unless metered is false.
+func newShared(clock *Clock, metered bool) *shared {
+	opts := memstore.Options{Now: clock.Now}
+	if metered {
+		opts.Meter = capacity.NewMeter(capacity.Config{Throttle: true})
+	}
 	return &shared{
-		budget:  local.NewBudgetStoreWithOptions(opts),
-		breaker: local.NewBreakerStoreWithOptions(opts),
+		budget:  memstore.NewBudgetStore(opts),
+		breaker: memstore.NewBreakerStore(opts),
+		meter:   opts.Meter,
 	}
 }
 

@@ -3,8 +3,11 @@ package fleetsim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // BreakerTable prints the breaker's grid results as a Markdown table, one
@@ -16,16 +19,18 @@ import (
 //   - open by 2W: environments that saw it open within 2 windows of the
 //     start of the failures, as a share of the fleet;
 //   - healthy reads/call: store reads per call in the healthy window;
-//   - peak WCU/s, RCU/s: the hottest item's peak units in one second;
+//   - peak WCU/s, RCU/s: the hottest item's peak units in one second, and
+//     the kind of item that took the most write units (ItemKind);
 //   - throttled: store requests the capacity model throttled.
 func BreakerTable(groups []Group) string {
 	var b strings.Builder
-	b.WriteString("| E | c | p | opened | after | true p | open by 2W | healthy reads/call | peak WCU/s | peak RCU/s | throttled |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| E | c | p | opened | after | true p | open by 2W | healthy reads/call | peak WCU/s | hot item | peak RCU/s | throttled |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
 	for _, g := range groups {
 		opened := 0
 		after, trueP, within, reads := newSpan(), newSpan(), newSpan(), newSpan()
 		wcu, rcu, thr := newSpan(), newSpan(), newSpan()
+		hot := hotItems(g)
 		for _, r := range g {
 			if d := r.OpenedAfter(); d != Never {
 				opened++
@@ -39,10 +44,10 @@ func BreakerTable(groups []Group) string {
 			thr.add(float64(r.Totals.Store.Throttled))
 		}
 		c := g[0].Cell
-		fmt.Fprintf(&b, "| %d | %g | %.2f | %d/%d | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %d | %g | %.2f | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			c.Envs, c.CallsPerWindow, c.FailureRatio, opened, len(g),
 			suffix(after.format("%.1f"), "s"), trueP.format("%.2f"), suffix(within.format("%.0f"), "%"),
-			reads.format("%.2f"), wcu.format("%.0f"), rcu.format("%.0f"), thr.format("%.0f"))
+			reads.format("%.2f"), wcu.format("%.0f"), hot, rcu.format("%.0f"), thr.format("%.0f"))
 	}
 	return b.String()
 }
@@ -93,6 +98,40 @@ func BudgetTable(groups []Group) string {
 			abst.format("%.0f"), perRefusal.format("%.2f"), perCall.format("%.3f"), wcu.format("%.0f"), thr.format("%.0f"))
 	}
 	return b.String()
+}
+
+// hotItems returns the kinds of the items that took the most write units
+// in g's runs, "/"-separated when they differ.
+func hotItems(g Group) string {
+	var kinds []string
+	for _, r := range g {
+		if k := ItemKind(r.Store.HottestWriteItem); k != "" && !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	if len(kinds) == 0 {
+		return "–"
+	}
+	return strings.Join(kinds, "/")
+}
+
+// ItemKind names the kind of a store item from its key
+// (internal/layout): "budget", "state", "override", "window" (a breaker
+// fleet window) or "probe"; "" for an empty key.
+func ItemKind(key string) string {
+	switch {
+	case key == "":
+		return ""
+	case strings.HasPrefix(key, layout.BudgetPrefix):
+		return "budget"
+	case strings.HasSuffix(key, layout.OverrideSuffix):
+		return "override"
+	case strings.Contains(key, layout.WindowInfix):
+		return "window"
+	case strings.Contains(key, layout.ProbeInfix):
+		return "probe"
+	}
+	return "state"
 }
 
 // GridFooter describes a grid run for the printed tables.
