@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -282,9 +283,11 @@ func (f *fleet) arriveFleet() {
 		return
 	}
 	if len(f.rec.envs) >= f.cfg.MaxEnvs || f.err != nil {
-		w := f.rec.now()
+		w, s := f.rec.now(), f.rec.second(f.clock.Elapsed())
 		w.Calls++
 		w.Throttled++
+		s.Calls++
+		s.Throttled++
 		return
 	}
 	e, err := f.newEnv()
@@ -300,6 +303,7 @@ func (f *fleet) arriveFleet() {
 func (f *fleet) dispatch(e *env) {
 	t := f.clock.Elapsed()
 	f.rec.win(t).Calls++
+	f.rec.second(t).Calls++
 	e.res.Calls++
 	limit := f.cfg.Concurrency
 	if f.cfg.Rate > 0 {
@@ -359,6 +363,7 @@ func (f *fleet) result() *Result {
 		StoreWaitTimeouts: rec.storeWaitTimeouts,
 		StoreFaults:       rec.storeFaults,
 	}
+	r.Seconds = slices.Clone(rec.seconds)
 	r.Windows = make([]Window, len(rec.windows))
 	for i, w := range rec.windows {
 		if rec.hasGlobal {

@@ -170,10 +170,15 @@ func TestPartnerCapacity(t *testing.T) {
 	if len(hints) > 0 || len(kinds) > 0 {
 		t.Fatalf("retries after a rejection had hints %v and kinds %v; want %v and throttling", hints, kinds, DefaultRetryAfter)
 	}
-	for _, w := range r.Windows[:3] {
-		if served := w.Attempts - w.FailedAttempts; served != 1000 {
-			t.Fatalf("window %v: %d attempts served; want exactly 100/s × 10 s", w.Start, served)
+	var attempts int64
+	for i, s := range r.Seconds {
+		attempts += s.Attempts
+		if served := s.Attempts - s.FailedAttempts; i < 30 && served != 100 {
+			t.Fatalf("second %d: %d of %d attempts served; want exactly the capacity, 100", i, served, s.Attempts)
 		}
+	}
+	if attempts != r.Totals.Attempts {
+		t.Fatalf("%d attempts over the seconds, %d in total", attempts, r.Totals.Attempts)
 	}
 }
 

@@ -24,6 +24,7 @@ type recorder struct {
 	// attempts and fails per bucketWidth of simulated time.
 	attempts []int32
 	fails    []int32
+	seconds  []Second
 
 	envs []*env
 
@@ -62,10 +63,20 @@ func (r *recorder) win(t time.Duration) *Window {
 
 func (r *recorder) now() *Window { return r.win(r.clock.Elapsed()) }
 
+// second returns the second simulated time t falls in.
+func (r *recorder) second(t time.Duration) *Second {
+	i := int(t / time.Second)
+	for len(r.seconds) <= i {
+		r.seconds = append(r.seconds, Second{})
+	}
+	return &r.seconds[i]
+}
+
 // attempt records one attempt of e reaching the partner at t.
 func (r *recorder) attempt(e *env, t time.Duration, first, failed bool, healAt time.Duration) {
-	w := r.win(t)
+	w, s := r.win(t), r.second(t)
 	w.Attempts++
+	s.Attempts++
 	b := int(t / bucketWidth)
 	for len(r.attempts) <= b {
 		r.attempts = append(r.attempts, 0)
@@ -74,9 +85,11 @@ func (r *recorder) attempt(e *env, t time.Duration, first, failed bool, healAt t
 	r.attempts[b]++
 	if first {
 		w.FirstAttempts++
+		s.FirstAttempts++
 	}
 	if failed {
 		w.FailedAttempts++
+		s.FailedAttempts++
 		r.fails[b]++
 	}
 	if healAt != Never && t >= healAt && e.res.FirstAttemptAfterHeal == Never {

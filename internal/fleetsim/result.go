@@ -28,6 +28,9 @@ type Result struct {
 	// boundary); Totals sums them.
 	Windows []Window
 	Totals  Counts
+	// Seconds are the partner's load per simulated second (for charts and
+	// load factors over phases that are not whole windows).
+	Seconds []Second
 
 	// Envs holds every execution environment, in the order they joined.
 	Envs []EnvResult
@@ -64,6 +67,17 @@ type Window struct {
 	// Healthy says the partner was healthy throughout the window (no
 	// failure probability, no capacity limit) and no attempt failed.
 	Healthy bool
+}
+
+// Second is what happened in one simulated second: calls that arrived
+// (Throttled of them refused by scale-out's cap) and attempts that reached
+// the partner.
+type Second struct {
+	Calls          int64
+	Throttled      int64
+	Attempts       int64
+	FirstAttempts  int64
+	FailedAttempts int64
 }
 
 // Counts are the counters of one window or of a whole run. Calls and their
