@@ -169,7 +169,7 @@ func Run(cfg Config) (*Result, error) {
 	wallStart := time.Now()
 	clock := newClock(cfg.Start)
 	stores := newShared(clock, !cfg.NoCapacityModel)
-	rec := newRecorder(clock, cfg.Window, stores.meter)
+	rec := newRecorder(clock, cfg.Window, stores.meters)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := &fleet{
@@ -404,19 +404,21 @@ func (f *fleet) result() *Result {
 		b.LastClosed = max(b.LastClosed, er.Closed-b.HealAt, 0)
 	}
 
-	if m := f.stores.meter; m != nil {
-		s := m.Stats()
+	if f.stores.meters[budgetMeter] != nil {
 		start := f.cfg.Start.Unix()
-		r.Store = StoreResult{
-			Metered:          true,
-			PeakWriteUnits:   s.PeakItemWriteUnits,
-			HottestWriteItem: s.HottestWriteItem,
-			PeakWriteAt:      time.Duration(s.PeakWriteSecond-start) * time.Second,
-			PeakReadUnits:    s.PeakItemReadUnits,
-			HottestReadItem:  s.HottestReadItem,
-			PeakReadAt:       time.Duration(s.PeakReadSecond-start) * time.Second,
-			LargestItem:      s.LargestItem,
-			TooLarge:         s.TooLarge,
+		r.Store.Metered = true
+		for i, h := range []*HotItem{&r.Store.Budget, &r.Store.Breaker} {
+			s := f.stores.meters[i].Stats()
+			*h = HotItem{PeakWriteUnits: s.PeakItemWriteUnits, WriteItem: s.HottestWriteItem, PeakWriteAt: Never,
+				PeakReadUnits: s.PeakItemReadUnits, ReadItem: s.HottestReadItem, PeakReadAt: Never}
+			if s.HottestWriteItem != "" {
+				h.PeakWriteAt = time.Duration(s.PeakWriteSecond-start) * time.Second
+			}
+			if s.HottestReadItem != "" {
+				h.PeakReadAt = time.Duration(s.PeakReadSecond-start) * time.Second
+			}
+			r.Store.LargestItem = max(r.Store.LargestItem, s.LargestItem)
+			r.Store.TooLarge += s.TooLarge
 		}
 	}
 	return r

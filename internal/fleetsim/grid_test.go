@@ -65,7 +65,8 @@ func TestCapacityModel(t *testing.T) {
 	r := run(t, cfg)
 	s := r.Store
 	if !s.Metered || r.Totals.Store.WriteUnits < float64(r.Totals.Store.Writes()) || r.Totals.Store.ReadUnits <= 0 ||
-		s.PeakWriteUnits <= 0 || s.HottestWriteItem == "" || s.LargestItem <= 0 {
+		s.Budget.PeakWriteUnits <= 0 || ItemKind(s.Budget.WriteItem) != "budget" ||
+		s.Breaker.PeakReadUnits <= 0 || s.Breaker.ReadItem == "" || s.Budget.PeakReadAt != Never || s.LargestItem <= 0 {
 		t.Fatalf("store %+v, totals %+v", s, r.Totals.Store)
 	}
 	if r.Windows[0].Store.Writes() != 0 {

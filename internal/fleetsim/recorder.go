@@ -28,8 +28,8 @@ type recorder struct {
 
 	envs []*env
 
-	meter *capacity.Meter
-	last  capacity.Stats // the meter's totals after the last store call
+	meters [2]*capacity.Meter // shared.meters
+	last   [2]capacity.Stats  // their totals after the last store call
 
 	// The global layer's bound, set by the first ObserveGlobal.
 	hasGlobal  bool
@@ -48,8 +48,8 @@ type recorder struct {
 	err error // the first configuration problem found while observing
 }
 
-func newRecorder(clock *Clock, window time.Duration, meter *capacity.Meter) *recorder {
-	return &recorder{clock: clock, window: window, meter: meter, fleetOpen: Never}
+func newRecorder(clock *Clock, window time.Duration, meters [2]*capacity.Meter) *recorder {
+	return &recorder{clock: clock, window: window, meters: meters, fleetOpen: Never}
 }
 
 // win returns the window simulated time t (since the start) falls in.
@@ -138,23 +138,25 @@ func (r *recorder) outcome(arrived time.Duration, err error) {
 // capacity model billed for it since the last one.
 func (r *recorder) storeCall(kind storeKind) {
 	w := r.now()
+	m := breakerMeter
 	switch kind {
 	case budgetWrite:
 		w.Store.BudgetWrites++
 		r.budgetWrites++
+		m = budgetMeter
 	case breakerRead:
 		w.Store.BreakerReads++
 	case breakerWrite:
 		w.Store.BreakerWrites++
 	}
-	if r.meter == nil {
+	if r.meters[m] == nil {
 		return
 	}
-	s := r.meter.Stats()
-	w.Store.ReadUnits += s.ReadUnits - r.last.ReadUnits
-	w.Store.WriteUnits += s.WriteUnits - r.last.WriteUnits
-	w.Store.Throttled += s.Throttled() - r.last.Throttled()
-	r.last = s
+	s, last := r.meters[m].Stats(), &r.last[m]
+	w.Store.ReadUnits += s.ReadUnits - last.ReadUnits
+	w.Store.WriteUnits += s.WriteUnits - last.WriteUnits
+	w.Store.Throttled += s.Throttled() - last.Throttled()
+	*last = s
 }
 
 // storeError records a store fault a layer reported.

@@ -254,23 +254,37 @@ type Transition struct {
 }
 
 // StoreResult is the shared stores' load over the run, from the capacity
-// model (zero without it, except LargestItem).
+// model (zero without it).
 type StoreResult struct {
 	// Metered says the capacity model billed the stores.
 	Metered bool
-	// PeakWriteUnits is the most write units one item took in one second
-	// (HottestWriteItem, in the second starting at PeakWriteAt); the same
-	// for reads.
-	PeakWriteUnits   float64
-	HottestWriteItem string
-	PeakWriteAt      time.Duration
-	PeakReadUnits    float64
-	HottestReadItem  string
-	PeakReadAt       time.Duration
-	// LargestItem is the largest item written, in bytes.
+	// Budget and Breaker are the hottest items of the budget store and of
+	// the breaker store.
+	Budget, Breaker HotItem
+	// LargestItem is the largest item written, in bytes; TooLarge counts
+	// writes refused because the item would pass 400 KB.
 	LargestItem int
-	// TooLarge counts writes refused because the item would pass 400 KB.
-	TooLarge int64
+	TooLarge    int64
+}
+
+// HotItem is the hottest item of a store: PeakWriteUnits is the most write
+// units one item took in one second (WriteItem, in the second starting at
+// PeakWriteAt, Never without writes); the same for reads.
+type HotItem struct {
+	PeakWriteUnits float64
+	WriteItem      string
+	PeakWriteAt    time.Duration
+	PeakReadUnits  float64
+	ReadItem       string
+	PeakReadAt     time.Duration
+}
+
+// Hottest returns the hotter of the two stores' items, by write units.
+func (s StoreResult) Hottest() HotItem {
+	if s.Breaker.PeakWriteUnits > s.Budget.PeakWriteUnits {
+		return s.Breaker
+	}
+	return s.Budget
 }
 
 // OpenWithin returns how many environments saw the breaker open within d

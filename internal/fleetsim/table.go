@@ -19,12 +19,13 @@ import (
 //   - open by 2W: environments that saw it open within 2 windows of the
 //     start of the failures, as a share of the fleet;
 //   - healthy reads/call: store reads per call in the healthy window;
-//   - peak WCU/s, RCU/s: the hottest item's peak units in one second, and
-//     the kind of item that took the most write units (ItemKind);
+//   - breaker WCU/s, RCU/s: the peak units one breaker item took in one
+//     second, and the kind of item that took the most write units
+//     (ItemKind); the budget's items are in BudgetTable;
 //   - throttled: store requests the capacity model throttled.
 func BreakerTable(groups []Group) string {
 	var b strings.Builder
-	b.WriteString("| E | c | p | opened | after | true p | open by 2W | healthy reads/call | peak WCU/s | hot item | peak RCU/s | throttled |\n")
+	b.WriteString("| E | c | p | opened | after | true p | open by 2W | healthy reads/call | breaker WCU/s | item | breaker RCU/s | throttled |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
 	for _, g := range groups {
 		opened := 0
@@ -39,8 +40,8 @@ func BreakerTable(groups []Group) string {
 			}
 			within.add(100 * float64(r.OpenBy(2*r.Window)) / float64(r.Cell.Envs))
 			reads.add(r.HealthyReadsPerCall())
-			wcu.add(r.Store.PeakWriteUnits)
-			rcu.add(r.Store.PeakReadUnits)
+			wcu.add(r.Store.Breaker.PeakWriteUnits)
+			rcu.add(r.Store.Breaker.PeakReadUnits)
 			thr.add(float64(r.Totals.Store.Throttled))
 		}
 		c := g[0].Cell
@@ -62,11 +63,12 @@ func BreakerTable(groups []Group) string {
 //     retry goes ahead without the global layer (fail open);
 //   - writes/refusal: store writes per refusal;
 //   - writes/call: store writes per call while failing;
-//   - peak WCU/s: the hottest item's peak write units in one second;
+//   - budget WCU/s: the peak write units one budget item took in one
+//     second;
 //   - throttled: store requests the capacity model throttled.
 func BudgetTable(groups []Group) string {
 	var b strings.Builder
-	b.WriteString("| E | c | p | share min | share median | used ÷ bound max | abstained | writes/refusal | writes/call | peak WCU/s | throttled |\n")
+	b.WriteString("| E | c | p | share min | share median | used ÷ bound max | abstained | writes/refusal | writes/call | budget WCU/s | throttled |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, g := range groups {
 		var shares []float64
@@ -85,7 +87,7 @@ func BudgetTable(groups []Group) string {
 			abst.add(float64(r.Totals.Global.Abstained))
 			perRefusal.add(ratio(r.Totals.Global.RefusalWrites, r.Totals.Global.Refused))
 			perCall.add(ratio(writes, calls))
-			wcu.add(r.Store.PeakWriteUnits)
+			wcu.add(r.Store.Budget.PeakWriteUnits)
 			thr.add(float64(r.Totals.Store.Throttled))
 		}
 		lo := math.NaN()
@@ -100,12 +102,12 @@ func BudgetTable(groups []Group) string {
 	return b.String()
 }
 
-// hotItems returns the kinds of the items that took the most write units
-// in g's runs, "/"-separated when they differ.
+// hotItems returns the kinds of the breaker items that took the most write
+// units in g's runs, "/"-separated when they differ.
 func hotItems(g Group) string {
 	var kinds []string
 	for _, r := range g {
-		if k := ItemKind(r.Store.HottestWriteItem); k != "" && !slices.Contains(kinds, k) {
+		if k := ItemKind(r.Store.Breaker.WriteItem); k != "" && !slices.Contains(kinds, k) {
 			kinds = append(kinds, k)
 		}
 	}
