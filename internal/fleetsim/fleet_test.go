@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -307,5 +308,38 @@ func TestSleepOutsideSimulation(t *testing.T) {
 	cancel()
 	if err := c.Sleep(ctx, time.Second); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sleep with a done context: %v", err)
+	}
+}
+
+// A driver of its own (cmd/outagesim's in-process mode) runs on the
+// exported scheduler: At callbacks start simulated goroutines, RunUntil
+// advances in steps, Stop ends what is still parked.
+func TestDriver(t *testing.T) {
+	c := NewClock(DefaultStart)
+	var order []string
+	var ended int
+	for i, d := range []time.Duration{3 * time.Second, time.Second, 2 * time.Second} {
+		c.At(DefaultStart.Add(time.Duration(i)*time.Millisecond), func() {
+			c.Go(func() {
+				if err := c.Sleep(context.Background(), d); err != nil {
+					order = append(order, "stopped")
+					return
+				}
+				order = append(order, fmt.Sprintf("%d@%v", i, c.Elapsed()))
+				ended++
+			})
+		})
+	}
+	if more := c.RunUntil(DefaultStart.Add(2500 * time.Millisecond)); !more {
+		t.Fatal("RunUntil(2.5s) reports nothing left; one sleeper is due at 3s")
+	}
+	want := []string{"1@1.001s", "2@2.002s"}
+	if !reflect.DeepEqual(order, want) || c.Elapsed() != 2002*time.Millisecond {
+		t.Fatalf("after 2.5 s: %v at %v; want %v", order, c.Elapsed(), want)
+	}
+	c.Stop()
+	c.Stop()
+	if want = append(want, "stopped"); !reflect.DeepEqual(order, want) || ended != 2 {
+		t.Fatalf("after Stop: %v", order)
 	}
 }

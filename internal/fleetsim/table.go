@@ -58,7 +58,10 @@ func BreakerTable(groups []Group) string {
 //   - share min / median: retries the global layer granted (and that were
 //     not given back) ÷ min(retries wanted, Ratio × requests + Floor), per
 //     window;
-//   - used ÷ bound: the largest share of the bound granted in a window;
+//   - used ÷ bound: the largest share of the bound the global layer
+//     granted in a window;
+//   - all ÷ bound: the same for every retry that went ahead, those made
+//     while the global layer abstained included;
 //   - abstained: answers "store unavailable" (throttled), after which the
 //     retry goes ahead without the global layer (fail open);
 //   - writes/refusal: store writes per refusal;
@@ -68,11 +71,11 @@ func BreakerTable(groups []Group) string {
 //   - throttled: store requests the capacity model throttled.
 func BudgetTable(groups []Group) string {
 	var b strings.Builder
-	b.WriteString("| E | c | p | share min | share median | used ÷ bound max | abstained | writes/refusal | writes/call | budget WCU/s | throttled |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| E | c | p | share min | share median | used ÷ bound max | all ÷ bound max | abstained | writes/refusal | writes/call | budget WCU/s | throttled |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, g := range groups {
 		var shares []float64
-		usedMax := math.NaN()
+		usedMax, allMax := math.NaN(), math.NaN()
 		abst, perRefusal, perCall, wcu, thr := newSpan(), newSpan(), newSpan(), newSpan(), newSpan()
 		for _, r := range g {
 			var writes, calls int64
@@ -80,6 +83,7 @@ func BudgetTable(groups []Group) string {
 				shares = append(shares, w.GrantedShare())
 				if w.Bound > 0 {
 					usedMax = nanMax(usedMax, float64(w.Global.Used())/w.Bound)
+					allMax = nanMax(allMax, float64(w.RetriesGranted)/w.Bound)
 				}
 				writes += w.Store.Writes()
 				calls += w.Calls - w.Throttled
@@ -95,8 +99,8 @@ func BudgetTable(groups []Group) string {
 			lo = nanMin(lo, s)
 		}
 		c := g[0].Cell
-		fmt.Fprintf(&b, "| %d | %g | %.2f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			c.Envs, c.CallsPerWindow, c.FailureRatio, pct(lo), pct(median(shares)), pct(usedMax),
+		fmt.Fprintf(&b, "| %d | %g | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			c.Envs, c.CallsPerWindow, c.FailureRatio, pct(lo), pct(median(shares)), pct(usedMax), pct(allMax),
 			abst.format("%.0f"), perRefusal.format("%.2f"), perCall.format("%.3f"), wcu.format("%.0f"), thr.format("%.0f"))
 	}
 	return b.String()
