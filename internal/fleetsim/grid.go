@@ -20,12 +20,12 @@ var (
 )
 
 // The reduced grid run under the race detector (RaceEnabled), where the
-// full grid would take minutes: the smallest and a large fleet, the rarest
-// and the Lambda-typical call rate, a partial and a total outage, one seed.
-// CI runs the full grid without the race detector (.ci/run, step "fleet
-// grid").
+// full grid would take minutes: a small, a large and the largest fleet,
+// the rarest and the Lambda-typical call rate, a partial and a total
+// outage, one seed (12 runs). CI runs the full grid without the race
+// detector (.ci/run, step "fleet grid").
 var (
-	RaceGridEnvs          = []int{20, 200}
+	RaceGridEnvs          = []int{20, 200, 1000}
 	RaceGridCalls         = []float64{1, 10}
 	RaceGridFailureRatios = []float64{0.30, 1.00}
 	RaceGridSeeds         = []uint64{1}
