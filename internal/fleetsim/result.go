@@ -132,8 +132,12 @@ type GlobalCounts struct {
 	Refused   int64
 	Abstained int64
 	// RefusalWrites counts the store writes made by AcquireRetry calls
-	// that refused.
-	RefusalWrites int64
+	// that refused; StoreRefusals those refusals that made at least one
+	// (the others were answered from memory), MaxRefusalWrites the most
+	// writes one refusal made.
+	RefusalWrites    int64
+	StoreRefusals    int64
+	MaxRefusalWrites int64
 }
 
 // Used returns the retries granted and not given back.
@@ -180,6 +184,8 @@ func (c *Counts) add(o *Counts) {
 	g.Refused += og.Refused
 	g.Abstained += og.Abstained
 	g.RefusalWrites += og.RefusalWrites
+	g.StoreRefusals += og.StoreRefusals
+	g.MaxRefusalWrites = max(g.MaxRefusalWrites, og.MaxRefusalWrites)
 	s, os := &c.Store, &o.Store
 	s.BudgetWrites += os.BudgetWrites
 	s.BreakerReads += os.BreakerReads
