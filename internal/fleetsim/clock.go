@@ -21,31 +21,39 @@ var errNoProc = errors.New("fleetsim: Clock.Sleep called outside a simulated gor
 // a run is a deterministic function of its inputs. No real time passes in
 // Sleep.
 //
-// Only the scheduler (Run's goroutine, which handles arrivals) and the proc
-// that is running touch the Clock; the hand-offs between them are channel
-// operations, which order every access for the race detector too.
+// The scheduler has no goroutine of its own: whoever gives up control (a
+// proc parking or ending, or Run starting) runs it, handling arrivals
+// inline until the next event is a proc's wake-up, and then hands control
+// straight to that proc (or keeps it, when the proc is itself), one
+// channel operation per switch. Exactly one goroutine holds control at a
+// time; the hand-offs are channel operations, which order every access to
+// the simulation's state for the race detector too.
 type Clock struct {
 	start int64 // Unix nanoseconds of simulated time zero
 	now   int64 // Unix nanoseconds
+	until int64 // the scheduler stops before events after it
 	seq   uint64
 	q     eventQueue
-	park  chan struct{} // the running proc hands control back
-	cur   *proc         // the running proc, nil in the scheduler
+	done  chan struct{} // control goes back to Run
+	cur   *proc         // the proc holding control, nil in Run
 	// stopped makes every Sleep return at once with an error (the run is
 	// being torn down).
 	stopped bool
 	events  int64 // events processed
+	// free holds procs whose work ended, waiting for more: reusing their
+	// goroutines saves growing a fresh stack for every invocation.
+	free []*proc
 }
 
 // proc is one simulated goroutine.
 type proc struct {
 	wake chan struct{}
-	env  *env // the environment it runs for (for attribution)
+	job  func() // the work it runs next; nil ends the goroutine
 }
 
 func newClock(start time.Time) *Clock {
 	n := start.UnixNano()
-	return &Clock{start: n, now: n, park: make(chan struct{})}
+	return &Clock{start: n, now: n, done: make(chan struct{})}
 }
 
 // Now returns the current simulated time.
@@ -73,44 +81,59 @@ func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 		return context.Canceled
 	}
 	c.push(event{at: c.now + int64(d), p: p})
-	c.park <- struct{}{}
-	<-p.wake
+	if !c.schedule(p) {
+		<-p.wake
+	}
 	if c.stopped {
 		return context.Canceled
 	}
 	return ctx.Err()
 }
 
-// spawn starts f as a new proc and runs it until it parks or ends. It is
-// called by the scheduler only.
-func (c *Clock) spawn(e *env, f func()) {
-	p := &proc{wake: make(chan struct{}), env: e}
-	go func() {
-		<-p.wake
-		f()
-		c.park <- struct{}{}
-	}()
-	c.resume(p)
+// spawn has f run on a proc (a free one, or a new one) at the current
+// time, after the events already due then.
+func (c *Clock) spawn(f func()) {
+	var p *proc
+	if n := len(c.free); n > 0 {
+		p = c.free[n-1]
+		c.free = c.free[:n-1]
+	} else {
+		p = &proc{wake: make(chan struct{})}
+		go c.loop(p)
+	}
+	p.job = f
+	c.push(event{at: c.now, p: p})
 }
 
-// resume runs p until it parks or ends.
-func (c *Clock) resume(p *proc) {
-	c.cur = p
-	p.wake <- struct{}{}
-	<-c.park
-	c.cur = nil
+// loop is a proc's goroutine: it runs one job each time it gets control
+// with one, and returns when it gets control without.
+func (c *Clock) loop(p *proc) {
+	<-p.wake
+	for {
+		job := p.job
+		if job == nil {
+			return
+		}
+		p.job = nil
+		job()
+		c.free = append(c.free, p)
+		if !c.schedule(p) {
+			<-p.wake
+		}
+	}
 }
 
-// at schedules fn to run in the scheduler at simulated time t (Unix
-// nanoseconds). fn must not park.
-func (c *Clock) at(t int64, fn func()) { c.push(event{at: t, fn: fn}) }
-
-// runUntil processes events up to and including simulated time until
-// (Unix nanoseconds), and reports whether events are left.
-func (c *Clock) runUntil(until int64) bool {
-	for len(c.q) > 0 {
-		if c.q[0].at > until {
-			return true
+// schedule runs the scheduler for self, the goroutine giving up control
+// (nil for Run): it processes events until one wakes a proc and reports
+// whether that proc is self (which then just goes on). Otherwise it has
+// handed control to that proc, or back to Run when no event is due, and
+// self must wait for its wake-up.
+func (c *Clock) schedule(self *proc) bool {
+	for {
+		if c.stopped || len(c.q) == 0 || c.q[0].at > c.until {
+			c.cur = nil
+			c.done <- struct{}{}
+			return false
 		}
 		ev := c.q.pop()
 		c.now = ev.at
@@ -119,23 +142,46 @@ func (c *Clock) runUntil(until int64) bool {
 			ev.fn()
 			continue
 		}
-		c.resume(ev.p)
+		c.cur = ev.p
+		if ev.p == self {
+			return true
+		}
+		ev.p.wake <- struct{}{}
+		return false
 	}
-	return false
 }
 
-// stop wakes every parked proc with Sleep returning an error, so that each
-// ends (the executor gives up when its Sleep fails), and drops the
-// remaining callbacks. The clock stays where it is.
+// at schedules fn to run in the scheduler at simulated time t (Unix
+// nanoseconds). fn must not park.
+func (c *Clock) at(t int64, fn func()) { c.push(event{at: t, fn: fn}) }
+
+// runUntil processes events up to and including simulated time until
+// (Unix nanoseconds). It is called by Run only.
+func (c *Clock) runUntil(until int64) {
+	c.until = until
+	go func() { c.schedule(nil) }()
+	<-c.done
+}
+
+// stop wakes every parked proc with Sleep returning an error, so that its
+// work ends (the executor gives up when its Sleep fails), drops the
+// remaining callbacks and ends every proc's goroutine. The clock stays
+// where it is. It is called by Run only, after runUntil.
 func (c *Clock) stop() {
 	c.stopped = true
 	for len(c.q) > 0 {
 		ev := c.q.pop()
 		if ev.p != nil {
 			c.events++
-			c.resume(ev.p)
+			c.cur = ev.p
+			ev.p.wake <- struct{}{}
+			<-c.done
 		}
 	}
+	for _, p := range c.free {
+		p.wake <- struct{}{} // no job: the goroutine returns
+	}
+	c.free = nil
 }
 
 func (c *Clock) push(ev event) {

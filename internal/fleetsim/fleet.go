@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -23,13 +24,15 @@ const (
 // library aligns to the epoch (10 s, 1 min) starts with the run.
 var DefaultStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// Random streams: each environment's generator is seeded with (Seed,
-// ID<<streamBits | stream), the partner's with (Seed, streamPartner).
+// Random streams: each environment's generators are seeded with (Seed,
+// ID<<streamBits | stream), the partner's and the fleet's Poisson
+// arrivals' with (Seed, streamPartner) and (Seed, streamFleet).
 const (
 	streamBits    = 4
 	streamArrival = 1
 	streamLayers  = 2
 	streamPartner = 1<<64 - 1
+	streamFleet   = 1<<64 - 2
 )
 
 // Config is one run.
@@ -49,7 +52,7 @@ type Config struct {
 	//
 	// Fixed environments (Envs > 0): calls arrive at each environment as a
 	// Poisson process (Periodic: one every Window/CallsPerWindow, starting
-	// at a random phase). An environment runs at most Concurrency calls at
+	// at a random phase; this serves tests of a caller with a fixed gap). An environment runs at most Concurrency calls at
 	// once (default 1, one invocation at a time as in Lambda; negative: no
 	// limit); a call that arrives while it is busy waits in a FIFO queue.
 	Envs           int
@@ -130,11 +133,15 @@ type env struct {
 	impl Env
 	op   func(ctx context.Context, attempt int) error
 	res  EnvResult
-	rng  *rand.Rand // arrivals
+	rng  *rand.Rand // periodic arrivals' phase
 	busy int
-	// queue holds the arrival times of calls waiting for a free slot.
-	queue []time.Duration
-	open  bool // its breaker was last seen open or half-open
+	// queue holds the arrival times of calls waiting for a free slot;
+	// starts those of calls whose proc is spawned but not started yet.
+	queue  []time.Duration
+	starts []time.Duration
+	work   func() // runs f.work(e)
+	warm   bool   // it has started a call (after its cold start)
+	open   bool   // its breaker was last seen open or half-open
 }
 
 func (e *env) name() string { return e.res.Name }
@@ -149,7 +156,7 @@ type fleet struct {
 	stores  *shared
 	idle    []*env // scale-out: idle environments, most recently used last
 	busy    int
-	arrRng  *rand.Rand // scale-out arrivals
+	arrRng  *rand.Rand // Poisson arrivals
 	end     int64      // Unix nanoseconds at which arrivals stop
 	lastEnd time.Duration
 	err     error
@@ -164,7 +171,7 @@ func Run(cfg Config) (*Result, error) {
 	wallStart := time.Now()
 	clock := newClock(cfg.Start)
 	stores := newShared(clock, !cfg.NoCapacityModel)
-	rec := newRecorder(clock, cfg.Window, stores.meter)
+	rec := newRecorder(clock, cfg.Window, stores.meters)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := &fleet{
@@ -172,17 +179,26 @@ func Run(cfg Config) (*Result, error) {
 		partner: newPartner(cfg.Partner, cfg.Seed, clock, rec),
 		end:     clock.now + int64(cfg.Duration),
 	}
-	if cfg.Envs > 0 {
-		for range cfg.Envs {
+	f.arrRng = rand.New(rand.NewPCG(cfg.Seed, streamFleet))
+	switch {
+	case cfg.Envs > 0:
+		envs := make([]*env, cfg.Envs)
+		for i := range envs {
 			e, err := f.newEnv()
 			if err != nil {
 				return nil, err
 			}
-			f.scheduleFirst(e)
+			envs[i] = e
+			if cfg.Periodic {
+				f.schedulePeriodic(e)
+			}
 		}
-	} else {
-		f.arrRng = rand.New(rand.NewPCG(cfg.Seed, streamArrival))
-		f.scheduleFleet()
+		if !cfg.Periodic {
+			perSecond := float64(cfg.Envs) * cfg.CallsPerWindow * float64(time.Second) / float64(cfg.Window)
+			f.schedulePoisson(perSecond, func() { f.dispatch(envs[f.arrRng.IntN(len(envs))]) })
+		}
+	default:
+		f.schedulePoisson(cfg.Rate, f.arriveFleet)
 	}
 	clock.runUntil(clock.now + int64(cfg.Duration+cfg.Drain))
 	res := f.result()
@@ -208,6 +224,7 @@ func (f *fleet) newEnv() (*env, error) {
 	e.rng = rand.New(rand.NewPCG(f.cfg.Seed, uint64(id)<<streamBits|streamArrival))
 	layers := rand.New(rand.NewPCG(f.cfg.Seed, uint64(id)<<streamBits|streamLayers))
 	e.op = func(ctx context.Context, attempt int) error { return f.partner.attempt(ctx, e, attempt) }
+	e.work = func() { f.work(e) }
 	f.rec.envs = append(f.rec.envs, e)
 	spec := EnvSpec{ID: id, Name: e.res.Name, Clock: f.clock, Rand: layers.Float64,
 		Stores: f.stores.forEnv(f.rec, e), rec: f.rec, env: e}
@@ -222,41 +239,33 @@ func (f *fleet) newEnv() (*env, error) {
 	return e, nil
 }
 
-// gap returns the time to e's next call.
-func (f *fleet) gap(e *env) int64 {
-	mean := float64(f.cfg.Window) / f.cfg.CallsPerWindow
-	if f.cfg.Periodic {
-		return int64(mean)
-	}
-	return int64(e.rng.ExpFloat64() * mean)
-}
-
-// scheduleFirst schedules e's first call and, from each call, the next.
-func (f *fleet) scheduleFirst(e *env) {
-	var first int64
-	if f.cfg.Periodic {
-		first = int64(e.rng.Float64() * float64(f.cfg.Window) / f.cfg.CallsPerWindow)
-	} else {
-		first = f.gap(e)
-	}
+// schedulePeriodic schedules e's calls, one every Window/CallsPerWindow
+// from a random phase.
+func (f *fleet) schedulePeriodic(e *env) {
+	gap := int64(float64(f.cfg.Window) / f.cfg.CallsPerWindow)
 	var arrive func()
 	arrive = func() {
 		f.dispatch(e)
-		if next := f.clock.now + max(f.gap(e), 1); next < f.end {
+		if next := f.clock.now + max(gap, 1); next < f.end {
 			f.clock.at(next, arrive)
 		}
 	}
-	if t := f.clock.now + first; t < f.end {
+	if t := f.clock.now + int64(e.rng.Float64()*float64(gap)); t < f.end {
 		f.clock.at(t, arrive)
 	}
 }
 
-// scheduleFleet schedules the fleet-wide arrivals of scale-out.
-func (f *fleet) scheduleFleet() {
-	mean := float64(time.Second) / f.cfg.Rate
+// schedulePoisson schedules a Poisson process of rate calls per simulated
+// second until the end of the arrivals, each arrival calling fn. For a
+// fixed fleet it is the superposition of the environments' processes
+// (rate = Envs × their rate, each arrival at an environment drawn
+// uniformly), which is the same in distribution as one process per
+// environment and keeps the event queue small.
+func (f *fleet) schedulePoisson(rate float64, fn func()) {
+	mean := float64(time.Second) / rate
 	var arrive func()
 	arrive = func() {
-		f.arriveFleet()
+		fn()
 		if next := f.clock.now + max(int64(f.arrRng.ExpFloat64()*mean), 1); next < f.end {
 			f.clock.at(next, arrive)
 		}
@@ -276,9 +285,11 @@ func (f *fleet) arriveFleet() {
 		return
 	}
 	if len(f.rec.envs) >= f.cfg.MaxEnvs || f.err != nil {
-		w := f.rec.now()
+		w, s := f.rec.now(), f.rec.second(f.clock.Elapsed())
 		w.Calls++
 		w.Throttled++
+		s.Calls++
+		s.Throttled++
 		return
 	}
 	e, err := f.newEnv()
@@ -294,6 +305,7 @@ func (f *fleet) arriveFleet() {
 func (f *fleet) dispatch(e *env) {
 	t := f.clock.Elapsed()
 	f.rec.win(t).Calls++
+	f.rec.second(t).Calls++
 	e.res.Calls++
 	limit := f.cfg.Concurrency
 	if f.cfg.Rate > 0 {
@@ -306,15 +318,20 @@ func (f *fleet) dispatch(e *env) {
 	e.busy++
 	f.busy++
 	f.rec.peakBusy = max(f.rec.peakBusy, f.busy)
-	cold := f.cfg.Rate > 0 && e.res.Calls == 1 && f.cfg.ColdStart > 0
-	f.clock.spawn(e, func() { f.work(e, t, cold) })
+	e.starts = append(e.starts, t)
+	f.clock.spawn(e.work)
 }
 
-// work runs invocations on e, starting with one that arrived at t, then
-// those queued behind it.
-func (f *fleet) work(e *env, t time.Duration, cold bool) {
-	if cold {
-		_ = f.clock.Sleep(f.ctx, f.cfg.ColdStart)
+// work runs invocations on e, starting with the call it was spawned for,
+// then those queued behind it. It runs on a proc.
+func (f *fleet) work(e *env) {
+	t := e.starts[0]
+	e.starts = e.starts[1:]
+	if !e.warm {
+		e.warm = true
+		if f.cfg.Rate > 0 && f.cfg.ColdStart > 0 {
+			_ = f.clock.Sleep(f.ctx, f.cfg.ColdStart)
+		}
 	}
 	for {
 		err := e.impl.Call(f.ctx, e.op)
@@ -348,6 +365,7 @@ func (f *fleet) result() *Result {
 		StoreWaitTimeouts: rec.storeWaitTimeouts,
 		StoreFaults:       rec.storeFaults,
 	}
+	r.Seconds = slices.Clone(rec.seconds)
 	r.Windows = make([]Window, len(rec.windows))
 	for i, w := range rec.windows {
 		if rec.hasGlobal {
@@ -360,7 +378,7 @@ func (f *fleet) result() *Result {
 
 	b := &r.Breaker
 	b.FleetOpen, b.FirstEnvOpen, b.HealAt, b.LastClosed = rec.fleetOpen, Never, f.partner.healAt, Never
-	b.TrueFailureRatio = math.NaN()
+	b.TrueFailureRatio = -1
 	if b.FleetOpen != Never {
 		b.TrueFailureRatio, b.TrueAttempts = rec.trueFailureRatio(b.FleetOpen)
 	}
@@ -388,19 +406,21 @@ func (f *fleet) result() *Result {
 		b.LastClosed = max(b.LastClosed, er.Closed-b.HealAt, 0)
 	}
 
-	if m := f.stores.meter; m != nil {
-		s := m.Stats()
+	if f.stores.meters[budgetMeter] != nil {
 		start := f.cfg.Start.Unix()
-		r.Store = StoreResult{
-			Metered:          true,
-			PeakWriteUnits:   s.PeakItemWriteUnits,
-			HottestWriteItem: s.HottestWriteItem,
-			PeakWriteAt:      time.Duration(s.PeakWriteSecond-start) * time.Second,
-			PeakReadUnits:    s.PeakItemReadUnits,
-			HottestReadItem:  s.HottestReadItem,
-			PeakReadAt:       time.Duration(s.PeakReadSecond-start) * time.Second,
-			LargestItem:      s.LargestItem,
-			TooLarge:         s.TooLarge,
+		r.Store.Metered = true
+		for i, h := range []*HotItem{&r.Store.Budget, &r.Store.Breaker} {
+			s := f.stores.meters[i].Stats()
+			*h = HotItem{PeakWriteUnits: s.PeakItemWriteUnits, WriteItem: s.HottestWriteItem, PeakWriteAt: Never,
+				PeakReadUnits: s.PeakItemReadUnits, ReadItem: s.HottestReadItem, PeakReadAt: Never}
+			if s.HottestWriteItem != "" {
+				h.PeakWriteAt = time.Duration(s.PeakWriteSecond-start) * time.Second
+			}
+			if s.HottestReadItem != "" {
+				h.PeakReadAt = time.Duration(s.PeakReadSecond-start) * time.Second
+			}
+			r.Store.LargestItem = max(r.Store.LargestItem, s.LargestItem)
+			r.Store.TooLarge += s.TooLarge
 		}
 	}
 	return r

@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -170,10 +171,15 @@ func TestPartnerCapacity(t *testing.T) {
 	if len(hints) > 0 || len(kinds) > 0 {
 		t.Fatalf("retries after a rejection had hints %v and kinds %v; want %v and throttling", hints, kinds, DefaultRetryAfter)
 	}
-	for _, w := range r.Windows[:3] {
-		if served := w.Attempts - w.FailedAttempts; served != 1000 {
-			t.Fatalf("window %v: %d attempts served; want exactly 100/s × 10 s", w.Start, served)
+	var attempts int64
+	for i, s := range r.Seconds {
+		attempts += s.Attempts
+		if served := s.Attempts - s.FailedAttempts; i < 30 && served != 100 {
+			t.Fatalf("second %d: %d of %d attempts served; want exactly the capacity, 100", i, served, s.Attempts)
 		}
+	}
+	if attempts != r.Totals.Attempts {
+		t.Fatalf("%d attempts over the seconds, %d in total", attempts, r.Totals.Attempts)
 	}
 }
 
@@ -302,5 +308,38 @@ func TestSleepOutsideSimulation(t *testing.T) {
 	cancel()
 	if err := c.Sleep(ctx, time.Second); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sleep with a done context: %v", err)
+	}
+}
+
+// A driver of its own (cmd/outagesim's in-process mode) runs on the
+// exported scheduler: At callbacks start simulated goroutines, RunUntil
+// advances in steps, Stop ends what is still parked.
+func TestDriver(t *testing.T) {
+	c := NewClock(DefaultStart)
+	var order []string
+	var ended int
+	for i, d := range []time.Duration{3 * time.Second, time.Second, 2 * time.Second} {
+		c.At(DefaultStart.Add(time.Duration(i)*time.Millisecond), func() {
+			c.Go(func() {
+				if err := c.Sleep(context.Background(), d); err != nil {
+					order = append(order, "stopped")
+					return
+				}
+				order = append(order, fmt.Sprintf("%d@%v", i, c.Elapsed()))
+				ended++
+			})
+		})
+	}
+	if more := c.RunUntil(DefaultStart.Add(2500 * time.Millisecond)); !more {
+		t.Fatal("RunUntil(2.5s) reports nothing left; one sleeper is due at 3s")
+	}
+	want := []string{"1@1.001s", "2@2.002s"}
+	if !reflect.DeepEqual(order, want) || c.Elapsed() != 2002*time.Millisecond {
+		t.Fatalf("after 2.5 s: %v at %v; want %v", order, c.Elapsed(), want)
+	}
+	c.Stop()
+	c.Stop()
+	if want = append(want, "stopped"); !reflect.DeepEqual(order, want) || ended != 2 {
+		t.Fatalf("after Stop: %v", order)
 	}
 }

@@ -3,7 +3,6 @@ package fleetsim
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -25,11 +24,12 @@ type recorder struct {
 	// attempts and fails per bucketWidth of simulated time.
 	attempts []int32
 	fails    []int32
+	seconds  []Second
 
 	envs []*env
 
-	meter *capacity.Meter
-	last  capacity.Stats // the meter's totals after the last store call
+	meters [2]*capacity.Meter // shared.meters
+	last   [2]capacity.Stats  // their totals after the last store call
 
 	// The global layer's bound, set by the first ObserveGlobal.
 	hasGlobal  bool
@@ -48,8 +48,8 @@ type recorder struct {
 	err error // the first configuration problem found while observing
 }
 
-func newRecorder(clock *Clock, window time.Duration, meter *capacity.Meter) *recorder {
-	return &recorder{clock: clock, window: window, meter: meter, fleetOpen: Never}
+func newRecorder(clock *Clock, window time.Duration, meters [2]*capacity.Meter) *recorder {
+	return &recorder{clock: clock, window: window, meters: meters, fleetOpen: Never}
 }
 
 // win returns the window simulated time t (since the start) falls in.
@@ -63,10 +63,20 @@ func (r *recorder) win(t time.Duration) *Window {
 
 func (r *recorder) now() *Window { return r.win(r.clock.Elapsed()) }
 
+// second returns the second simulated time t falls in.
+func (r *recorder) second(t time.Duration) *Second {
+	i := int(t / time.Second)
+	for len(r.seconds) <= i {
+		r.seconds = append(r.seconds, Second{})
+	}
+	return &r.seconds[i]
+}
+
 // attempt records one attempt of e reaching the partner at t.
 func (r *recorder) attempt(e *env, t time.Duration, first, failed bool, healAt time.Duration) {
-	w := r.win(t)
+	w, s := r.win(t), r.second(t)
 	w.Attempts++
+	s.Attempts++
 	b := int(t / bucketWidth)
 	for len(r.attempts) <= b {
 		r.attempts = append(r.attempts, 0)
@@ -75,9 +85,11 @@ func (r *recorder) attempt(e *env, t time.Duration, first, failed bool, healAt t
 	r.attempts[b]++
 	if first {
 		w.FirstAttempts++
+		s.FirstAttempts++
 	}
 	if failed {
 		w.FailedAttempts++
+		s.FailedAttempts++
 		r.fails[b]++
 	}
 	if healAt != Never && t >= healAt && e.res.FirstAttemptAfterHeal == Never {
@@ -86,7 +98,7 @@ func (r *recorder) attempt(e *env, t time.Duration, first, failed bool, healAt t
 }
 
 // trueFailureRatio returns the share of attempts that failed in [at −
-// window, at), and the number of attempts.
+// window, at) (−1 without attempts), and the number of attempts.
 func (r *recorder) trueFailureRatio(at time.Duration) (float64, int64) {
 	hi := min(int(at/bucketWidth), len(r.attempts))
 	lo := max(int((at-r.window)/bucketWidth), 0)
@@ -96,7 +108,7 @@ func (r *recorder) trueFailureRatio(at time.Duration) (float64, int64) {
 		f += int64(r.fails[i])
 	}
 	if a == 0 {
-		return math.NaN(), 0
+		return -1, 0
 	}
 	return float64(f) / float64(a), a
 }
@@ -126,23 +138,25 @@ func (r *recorder) outcome(arrived time.Duration, err error) {
 // capacity model billed for it since the last one.
 func (r *recorder) storeCall(kind storeKind) {
 	w := r.now()
+	m := breakerMeter
 	switch kind {
 	case budgetWrite:
 		w.Store.BudgetWrites++
 		r.budgetWrites++
+		m = budgetMeter
 	case breakerRead:
 		w.Store.BreakerReads++
 	case breakerWrite:
 		w.Store.BreakerWrites++
 	}
-	if r.meter == nil {
+	if r.meters[m] == nil {
 		return
 	}
-	s := r.meter.Stats()
-	w.Store.ReadUnits += s.ReadUnits - r.last.ReadUnits
-	w.Store.WriteUnits += s.WriteUnits - r.last.WriteUnits
-	w.Store.Throttled += s.Throttled() - r.last.Throttled()
-	r.last = s
+	s, last := r.meters[m].Stats(), &r.last[m]
+	w.Store.ReadUnits += s.ReadUnits - last.ReadUnits
+	w.Store.WriteUnits += s.WriteUnits - last.WriteUnits
+	w.Store.Throttled += s.Throttled() - last.Throttled()
+	*last = s
 }
 
 // storeError records a store fault a layer reported.

@@ -28,6 +28,9 @@ type Result struct {
 	// boundary); Totals sums them.
 	Windows []Window
 	Totals  Counts
+	// Seconds are the partner's load per simulated second (for charts and
+	// load factors over phases that are not whole windows).
+	Seconds []Second
 
 	// Envs holds every execution environment, in the order they joined.
 	Envs []EnvResult
@@ -64,6 +67,17 @@ type Window struct {
 	// Healthy says the partner was healthy throughout the window (no
 	// failure probability, no capacity limit) and no attempt failed.
 	Healthy bool
+}
+
+// Second is what happened in one simulated second: calls that arrived
+// (Throttled of them refused by scale-out's cap) and attempts that reached
+// the partner.
+type Second struct {
+	Calls          int64
+	Throttled      int64
+	Attempts       int64
+	FirstAttempts  int64
+	FailedAttempts int64
 }
 
 // Counts are the counters of one window or of a whole run. Calls and their
@@ -118,8 +132,12 @@ type GlobalCounts struct {
 	Refused   int64
 	Abstained int64
 	// RefusalWrites counts the store writes made by AcquireRetry calls
-	// that refused.
-	RefusalWrites int64
+	// that refused; StoreRefusals those refusals that made at least one
+	// (the others were answered from memory), MaxRefusalWrites the most
+	// writes one refusal made.
+	RefusalWrites    int64
+	StoreRefusals    int64
+	MaxRefusalWrites int64
 }
 
 // Used returns the retries granted and not given back.
@@ -166,6 +184,8 @@ func (c *Counts) add(o *Counts) {
 	g.Refused += og.Refused
 	g.Abstained += og.Abstained
 	g.RefusalWrites += og.RefusalWrites
+	g.StoreRefusals += og.StoreRefusals
+	g.MaxRefusalWrites = max(g.MaxRefusalWrites, og.MaxRefusalWrites)
 	s, os := &c.Store, &o.Store
 	s.BudgetWrites += os.BudgetWrites
 	s.BreakerReads += os.BreakerReads
@@ -210,7 +230,8 @@ type BreakerResult struct {
 	// FleetOpen is when the fleet first opened: the first successful
 	// Transition to Open in the shared store. TrueFailureRatio is the
 	// share of the fleet's attempts that failed over the Window before that
-	// moment (TrueAttempts attempts); NaN when it never opened.
+	// moment (TrueAttempts attempts); −1 when it never opened. (Results
+	// hold no NaN, so that reflect.DeepEqual compares them.)
 	FleetOpen        time.Duration
 	TrueFailureRatio float64
 	TrueAttempts     int64
@@ -239,23 +260,37 @@ type Transition struct {
 }
 
 // StoreResult is the shared stores' load over the run, from the capacity
-// model (zero without it, except LargestItem).
+// model (zero without it).
 type StoreResult struct {
 	// Metered says the capacity model billed the stores.
 	Metered bool
-	// PeakWriteUnits is the most write units one item took in one second
-	// (HottestWriteItem, in the second starting at PeakWriteAt); the same
-	// for reads.
-	PeakWriteUnits   float64
-	HottestWriteItem string
-	PeakWriteAt      time.Duration
-	PeakReadUnits    float64
-	HottestReadItem  string
-	PeakReadAt       time.Duration
-	// LargestItem is the largest item written, in bytes.
+	// Budget and Breaker are the hottest items of the budget store and of
+	// the breaker store.
+	Budget, Breaker HotItem
+	// LargestItem is the largest item written, in bytes; TooLarge counts
+	// writes refused because the item would pass 400 KB.
 	LargestItem int
-	// TooLarge counts writes refused because the item would pass 400 KB.
-	TooLarge int64
+	TooLarge    int64
+}
+
+// HotItem is the hottest item of a store: PeakWriteUnits is the most write
+// units one item took in one second (WriteItem, in the second starting at
+// PeakWriteAt, Never without writes); the same for reads.
+type HotItem struct {
+	PeakWriteUnits float64
+	WriteItem      string
+	PeakWriteAt    time.Duration
+	PeakReadUnits  float64
+	ReadItem       string
+	PeakReadAt     time.Duration
+}
+
+// Hottest returns the hotter of the two stores' items, by write units.
+func (s StoreResult) Hottest() HotItem {
+	if s.Breaker.PeakWriteUnits > s.Budget.PeakWriteUnits {
+		return s.Breaker
+	}
+	return s.Budget
 }
 
 // OpenWithin returns how many environments saw the breaker open within d

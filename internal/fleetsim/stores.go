@@ -11,8 +11,10 @@ import (
 )
 
 // Stores are the shared stores of a run, as one environment sees them:
-// in-memory stores shared by the whole fleet, behind a thin layer that
-// counts every request for the results.
+// internal/memstore's stores shared by the whole fleet (one table, billed
+// and throttled by DynamoDB's capacity model unless
+// Config.NoCapacityModel), behind a thin layer that counts every request
+// for the results.
 type Stores struct {
 	Budget  budget.Store
 	Breaker breaker.Store
@@ -30,23 +32,35 @@ const (
 type shared struct {
 	budget  budget.Store
 	breaker breaker.Store
-	meter   *capacity.Meter // nil: no capacity model
+	// meters bill the budget store and the breaker store (nil: no
+	// capacity model). DynamoDB limits each item on its own and the two
+	// stores never share an item, so a Meter per store throttles exactly
+	// as one for the table would, and tells the hottest budget item apart
+	// from the hottest breaker item.
+	meters [2]*capacity.Meter
 }
 
-// newShared returns the in-memory stores on the simulated clock, billed
-// and throttled by the capacity model when metered.
+// Indexes of shared.meters.
+const (
+	budgetMeter = iota
+	breakerMeter
+)
+
+// newShared returns the in-memory stores on the simulated clock, billed by
+// capacity.Meters that throttle hot items as DynamoDB does, unless metered
+// is false.
 func newShared(clock *Clock, metered bool) *shared {
-	opts := memstore.Options{Now: clock.Now}
-	var meter *capacity.Meter
+	s := &shared{}
+	opts := [2]memstore.Options{{Now: clock.Now}, {Now: clock.Now}}
 	if metered {
-		meter = capacity.NewMeter(capacity.Config{Throttle: true})
-		opts.Meter = meter
+		for i := range opts {
+			s.meters[i] = capacity.NewMeter(capacity.Config{Throttle: true})
+			opts[i].Meter = s.meters[i]
+		}
 	}
-	return &shared{
-		budget:  memstore.NewBudgetStore(opts),
-		breaker: memstore.NewBreakerStore(opts),
-		meter:   meter,
-	}
+	s.budget = memstore.NewBudgetStore(opts[budgetMeter])
+	s.breaker = memstore.NewBreakerStore(opts[breakerMeter])
+	return s
 }
 
 // forEnv returns the stores as e sees them.

@@ -164,6 +164,10 @@ func (o *observedBudget) AcquireRetry(ctx context.Context, now time.Time, kind b
 		cost := o.rec.budgetWrites - writes
 		w.Global.Refused++
 		w.Global.RefusalWrites += cost
+		if cost > 0 {
+			w.Global.StoreRefusals++
+			w.Global.MaxRefusalWrites = max(w.Global.MaxRefusalWrites, cost)
+		}
 		o.env.res.GlobalRefusals++
 		o.env.res.RefusalWrites += cost
 	case errors.Is(err, budget.ErrUnavailable):

@@ -15,11 +15,13 @@ import (
 )
 
 // The sizes below are worked out by hand from DynamoDB's rules (attribute
-// name bytes + value bytes; a number is 1 byte per 2 significant digits,
-// rounded up, + 1; a string set the sum of its elements) on the items
-// package dynamo writes (docs/ARCHITECTURE.md, "DynamoDB item layout").
-// DynamoDB Local 3.3.1 sizes string sets, numbers and strings the same way
-// (measured with ReturnConsumedCapacity at the 1 KB boundaries).
+// name bytes + value bytes; a string is its bytes, a string set the sum of
+// its elements; a number 1 byte + 1 per pair of significant digits, the
+// pairs aligned on the decimal point: 1,700,000,070 is 17|00|00|00|70, 6
+// bytes, 2,100,000 is 02|10, 3 bytes) on the items package dynamo writes
+// (docs/ARCHITECTURE.md, "DynamoDB item layout"). DynamoDB Local 3.3.1
+// sizes strings, string sets and numbers exactly so (measured with
+// ReturnConsumedCapacity at the 1 KB boundaries).
 
 // meterDelta runs f and returns what the Meter billed meanwhile.
 func meterDelta(m *capacity.Meter, f func()) capacity.Stats {
@@ -58,9 +60,9 @@ func TestBillingBudgetShard(t *testing.T) {
 	}
 
 	// pk "b#payments#0#1700000000000": 2 + 26 = 28
-	// allowance 2,100,000 ("21": 2 bytes):   9 + 2 = 11
-	// expires 1,700,000,070 ("170000007": 9 digits, 6 bytes): 7 + 6 = 13
-	const shardBytes = 28 + 11 + 13 // 52
+	// allowance 2,100,000 (02|10: 3 bytes): 9 + 3 = 12
+	// expires 1,700,000,070 (17|00|00|00|70: 6 bytes): 7 + 6 = 13
+	const shardBytes = 28 + 12 + 13 // 53
 	d = meterDelta(m, func() {
 		got, err := s.Apply(ctx, k, budget.Update{Floor: 3_000_000, Deposit: 100_000, Take: 1_000_000, Expires: exp})
 		if err != nil || got != 2_100_000 {
@@ -87,7 +89,7 @@ func TestBillingBreakerWindowGrowsWithReporters(t *testing.T) {
 	for _, c := range []struct {
 		idLen int
 		// after the 200th Report (0 successes, 200 failures):
-		// 27 (pk) + 10 (successes "0": 9 + 1) + 10 (failures "2": 8 + 2)
+		// 27 (pk) + 10 (successes 0: 9 + 1) + 10 (failures 02|00: 8 + 2)
 		// + 4 + 200 × idLen (envs) + 13 (expires)
 		size, units int
 	}{
@@ -155,7 +157,7 @@ func TestBillingBreakerLoadTransitionProbe(t *testing.T) {
 	// Transition from epoch 0: one write on the state item, then a read of
 	// the override item (missing: 0.5).
 	// pk "c#partner": 2 + 9 = 11; state "open": 5 + 4 = 9; epoch 1: 5 + 2 = 7;
-	// reopens 1: 7 + 2 = 9; open_until 1,700,000,030,000 ms ("170000003"): 10 + 6 = 16.
+	// reopens 1: 7 + 2 = 9; open_until 1,700,000,030,000 ms (1|70|00|00|03): 10 + 6 = 16.
 	const stateBytes = 11 + 9 + 7 + 9 + 16 // 52
 	open := breaker.Snapshot{State: breaker.Open, Epoch: 1, Reopens: 1, OpenUntil: t0.Add(30 * time.Second)}
 	d = meterDelta(m, func() {
@@ -177,9 +179,9 @@ func TestBillingBreakerLoadTransitionProbe(t *testing.T) {
 	}
 
 	// pk "c#partner#override": 2 + 18 = 20; override "force-open": 8 + 10 = 18;
-	// until 1,700,000,005,000 ms ("1700000005"): 5 + 6 = 11; expires a day
-	// later, 1,700,086,405 s ("1700086405"): 7 + 6 = 13.
-	const overrideBytes = 20 + 18 + 11 + 13 // 62
+	// until 1,700,000,005,000 ms (1|70|00|00|00|50): 5 + 7 = 12; expires a
+	// day later, 1,700,086,405 s (17|00|08|64|05): 7 + 6 = 13.
+	const overrideBytes = 20 + 18 + 12 + 13 // 63
 	d = meterDelta(m, func() {
 		if err := s.SetOverride(ctx, "partner", breaker.ForcedOpen, t0.Add(5*time.Second)); err != nil {
 			t.Fatal(err)
@@ -189,8 +191,8 @@ func TestBillingBreakerLoadTransitionProbe(t *testing.T) {
 		t.Fatalf("SetOverride billed %+v; want 1 unit on a %d-byte item", d, overrideBytes)
 	}
 
-	// Load: 52 and 62 bytes, each rounded up to 4 KB separately and
-	// halved: 0.5 + 0.5 (one 114-byte item would cost 0.5).
+	// Load: 52 and 63 bytes, each rounded up to 4 KB separately and
+	// halved: 0.5 + 0.5 (one 115-byte item would cost 0.5).
 	d = meterDelta(m, func() {
 		if _, err := s.Load(ctx, "partner"); err != nil {
 			t.Fatal(err)
@@ -339,7 +341,7 @@ func TestReportPastTheItemSizeLimit(t *testing.T) {
 	s := memstore.NewBreakerStore(o)
 	ctx := context.Background()
 	exp := t0.Add(80 * time.Second)
-	// 27 (pk) + 10 (successes 0) + 11 (failures up to 1,599: "1599", 3
+	// 27 (pk) + 10 (successes 0) + 11 (failures 1,000 to 1,599: 15|99, 3
 	// bytes) + 4 (envs) + 13 (expires) = 65 bytes besides 256 per
 	// reporter: 65 + 256 n ≤ 409,600 for n ≤ 1,599.
 	var n int
