@@ -58,7 +58,7 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 	fs.StringVar(&c.Outage, "outage", c.Outage, fmt.Sprintf("outage preset: %s (the partner keeps a fifth of -capacity: most attempts fail and the shared breaker opens) or "+
 		"%s (it keeps half: 25%% of first attempts and about 30%% of the attempts a 10%% budget lets through fail, under the breaker's 50%%, which should stay closed); "+
 		"sets -outage-capacity", OutageMajor, OutagePartial))
-	fs.IntVar(&c.OutageCapacity, "outage-capacity", c.OutageCapacity, "calls the partner serves per simulated second during the outage (default: from -outage)")
+	fs.IntVar(&c.OutageCapacity, "outage-capacity", c.OutageCapacity, "calls the partner serves per simulated second during the outage; -outage sets it from -capacity")
 	fs.DurationVar(&c.OutageStart, "outage-start", c.OutageStart, "start of the outage (whole seconds)")
 	fs.DurationVar(&c.OutageLength, "outage-length", c.OutageLength, "length of the outage (whole seconds)")
 	fs.IntVar(&c.RejectStatus, "reject-status", c.RejectStatus, "status of calls beyond capacity: 503 or 429")
@@ -82,12 +82,12 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 	fs.IntVar(&c.LeaseSize, "lease-size", c.LeaseSize, "global ratio: most retries one store write withdraws (0 = library default)")
 	fs.BoolVar(&c.FailClosed, "fail-closed", c.FailClosed, "global ratio: refuse retries while the store fails (default: abstain, fail open)")
 	fs.BoolVar(&c.LocalUnder, "global-with-local", c.LocalUnder, "give the global strategies a local ratio budget too, asked before the global one (the fallback when the store fails)")
-	fs.DurationVar(&c.StoreTimeout, "store-timeout", c.StoreTimeout, "real-time bound on each shared-store call (0 = library default, 50ms)")
+	fs.DurationVar(&c.StoreTimeout, "store-timeout", c.StoreTimeout, "real-time bound on each shared-store call (0 = library default, 50ms; 10s with -partner inproc, whose stores answer at once)")
 	fs.Float64Var(&c.BreakerFailureRatio, "breaker-failure-ratio", c.BreakerFailureRatio, "breaker trips at this failure ratio (0 = library default)")
 	fs.IntVar(&c.BreakerMinRequests, "breaker-min-requests", c.BreakerMinRequests, "breaker needs at least this many calls in its window (0 = library default)")
 	fs.DurationVar(&c.BreakerOpen, "breaker-open", c.BreakerOpen, "breaker open duration before the first probe (0 = library default)")
 
-	fs.Func("seed", fmt.Sprintf("seed of the call-to-environment assignment and every jitter source except the AWS SDK's (default %d)", c.Seed), func(s string) error {
+	fs.Func("seed", fmt.Sprintf("seed of the call-to-environment assignment, every jitter source except the AWS SDK's and, with -partner inproc, where the outage falls in the library's 10 s windows (default %d)", c.Seed), func(s string) error {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			return fmt.Errorf("%q is not an unsigned integer", s)
