@@ -108,7 +108,8 @@ func fmtMs(d time.Duration) string {
 
 // keepUpAdvice tells the user how to get a run the machine can carry:
 // the speed at which the attempts per real second stay a fifth under what
-// the machine carried in the slowest run behind, or the in-process engine.
+// the machine carried in the slowest run behind, the rate that does the
+// same at the nominal speed, or the in-process engine.
 func keepUpAdvice(r Report) string {
 	c := r.Config
 	speed := c.Speed
@@ -122,7 +123,8 @@ func keepUpAdvice(r Report) string {
 		speed = min(speed, 0.8*carried/needed)
 	}
 	return fmt.Sprintf("the loopback HTTP partner and the fleet share this machine's cores: at x%g this run needed more attempts per real second than they carried."+
-		" Run with -partner %s (virtual time, any fleet size), or at about -speed %.2g, or with a smaller -rate", c.Speed, PartnerInproc, speed)
+		" Run with -partner %s (virtual time, any fleet size), or at about -speed %.2g, or at x%g with at most about -rate %d",
+		c.Speed, PartnerInproc, speed, c.Speed, int(float64(c.Rate)*speed/c.Speed))
 }
 
 // Behind reports whether the machine did not keep up (some problem was

@@ -72,12 +72,13 @@ func TestJudgeKeepUp(t *testing.T) {
 // The advice names a speed at which the attempts per real second stay a
 // fifth under what the slowest run behind carried.
 func TestKeepUpAdvice(t *testing.T) {
-	r := Report{Config: ReportConfig{Speed: 10, Duration: Duration(time.Minute)}, Results: []*Result{
+	r := Report{Config: ReportConfig{Speed: 10, Rate: 5000, Duration: Duration(time.Minute)}, Results: []*Result{
 		{AttemptsSent: 330_000, SimulatedTail: Duration(6 * time.Second), Wall: Duration(33 * time.Second), // 10,000/s carried, 5,000/s needed
 			KeepUp: KeepUp{Problems: []string{"late"}}},
 		{AttemptsSent: 1, Wall: Duration(time.Nanosecond)}, // kept up: not counted
 	}}
-	if got := keepUpAdvice(r); !strings.Contains(got, "-partner inproc") || !strings.Contains(got, "about -speed 1.6,") {
-		t.Errorf("advice %q, want -partner inproc and -speed 1.6", got)
+	if got := keepUpAdvice(r); !strings.Contains(got, "-partner inproc") || !strings.Contains(got, "about -speed 1.6,") ||
+		!strings.Contains(got, "at x10 with at most about -rate 800") {
+		t.Errorf("advice %q, want -partner inproc, -speed 1.6 and -rate 800", got)
 	}
 }
