@@ -390,17 +390,10 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 	}()
 
 	for attempt := 1; ; attempt++ {
-		if e.breaker != nil {
-			var err error
-			if permit, err = e.breaker.Allow(ctx, now); err != nil {
-				release.Done(budget.RetryNotUsed)
-				return e.rejected(ctx, attempt-1, lastErr, err)
-			}
-		}
-		if attempt == 1 {
-			for _, b := range e.budgets {
-				b.RecordRequest(now)
-			}
+		var err error
+		if permit, err = e.admit(ctx, now, attempt == 1); err != nil {
+			release.Done(budget.RetryNotUsed)
+			return e.rejected(ctx, attempt-1, lastErr, err)
 		}
 
 		actx := ctx
@@ -408,7 +401,7 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 			actx, cancel = context.WithTimeout(ctx, e.attemptTimeout)
 		}
 		inFlight = true
-		err := op(actx, attempt)
+		err = op(actx, attempt)
 		inFlight = false
 		timedOut := false
 		if cancel != nil {
@@ -419,23 +412,13 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		now = e.attemptEnd(now)
 
 		if err == nil {
-			if e.breaker != nil {
-				e.breaker.Done(ctx, now, permit, breaker.Success)
-			}
-			if attempt == 1 {
-				for _, b := range e.budgets {
-					b.RecordSuccess(now)
-				}
-			} else {
-				release.Done(budget.RetrySucceeded)
-			}
+			e.settle(ctx, now, permit, attempt == 1, nil, 0)
+			release.Done(budget.RetrySucceeded)
 			return nil
 		}
 
 		verdict := e.classify(ctx, c, err, timedOut)
-		if e.breaker != nil {
-			e.breaker.Done(ctx, now, permit, verdict.outcome())
-		}
+		e.settle(ctx, now, permit, attempt == 1, err, verdict)
 		release.Done(budget.RetryFailed)
 		release = nil
 		lastErr = err
@@ -453,14 +436,11 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		if !ok {
 			return e.giveUp(ctx, attempt, reason, err, nil)
 		}
-		rel, berr := budget.AcquireAll(ctx, now, kind, e.budgets, e.storeErr)
-		if berr != nil {
-			return e.exhausted(ctx, attempt, err, berr, delay)
+		rel, gerr := e.grant(ctx, now, RetryEvent{Attempt: attempt, Delay: delay, RetryAfter: hint, Err: err, Kind: kind})
+		if gerr != nil {
+			return gerr
 		}
 		release = rel
-		if e.onRetry != nil {
-			e.onRetry(RetryEvent{Attempt: attempt, Delay: delay, RetryAfter: hint, Err: err, Kind: kind})
-		}
 		if c.beforeWait != nil {
 			c.beforeWait()
 		}
@@ -544,19 +524,13 @@ func (e *Executor) plan(now, deadline time.Time, hasDeadline bool, retry int, ki
 	if hint < 0 {
 		hint = 0
 	}
-	if hint > e.maxRetryAfter {
-		return 0, RetryAfterTooLong, false
-	}
 	base := e.transientBase
 	if kind == budget.Throttling {
 		base = e.throttlingBase
 	}
 	wait = addSat(hint, FullJitter(retry, base, e.maxDelay, random))
-	if hasDeadline {
-		left := subSat(deadline.Sub(now), e.margin)
-		if wait >= left {
-			return 0, DeadlineTooClose, false
-		}
+	if reason, ok = e.fits(now, deadline, hasDeadline, hint, wait); !ok {
+		return 0, reason, false
 	}
 	return wait, 0, true
 }
