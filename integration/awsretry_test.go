@@ -31,31 +31,6 @@ import (
 // breaker keep their state in a herdguard table reached directly, through
 // dynamo.NewClient, as in production.
 
-// awsFixedClock is a retry.Clock whose time stands still unless moved, so
-// that the budgets' windows do not turn during a test: what they grant is
-// then exact.
-type awsFixedClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *awsFixedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *awsFixedClock) Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // awsSDKFixture is the application's SDK client through the proxy, over an
 // Executor of the caller's making.
 type awsSDKFixture struct {
@@ -161,7 +136,7 @@ func newFleetBudgets(t *testing.T, name string, localMin, globalFloor int, globa
 func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 	t.Run("the local ratio binds", func(t *testing.T) {
 		f := newAWSSDKFixture(t)
-		clock := &awsFixedClock{now: time.Now()}
+		clock := &relFakeClock{now: time.Now()} // never moved: the SDK sleeps on its own
 		// Local: at most max(3, 10% of requests) retries per window; the
 		// fleet's allows more (floor 10).
 		lr, global := newFleetBudgets(t, "awsretry-local", 3, 10, 0.1, clock.Now)
@@ -227,7 +202,7 @@ func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 
 	t.Run("the fleet budget binds", func(t *testing.T) {
 		f := newAWSSDKFixture(t)
-		clock := &awsFixedClock{now: time.Now()}
+		clock := &relFakeClock{now: time.Now()} // never moved: the SDK sleeps on its own
 		// Local: generous. Fleet: a floor of 2 and a ratio too small to add
 		// a retry, so it grants exactly 2 in the window.
 		lr, global := newFleetBudgets(t, "awsretry-global", 100, 2, budget.MinGlobalRatio, clock.Now)
