@@ -476,3 +476,35 @@ func TestDynamoClientNeverUsesIt(t *testing.T) {
 		t.Errorf("the partner's budget saw %d requests and %d retries from herdguard's own client", requests, len(kinds))
 	}
 }
+
+// stepBase is the SDK's standard classification whose backoff grows with
+// every call of RetryDelay: 1 ms, then 300 ms.
+type stepBase struct {
+	*sdkretry.Standard
+	calls int
+}
+
+func (b *stepBase) RetryDelay(int, error) (time.Duration, error) {
+	b.calls++
+	if b.calls == 1 {
+		return time.Millisecond, nil
+	}
+	return 300 * time.Millisecond, nil
+}
+
+// TestRetryDelayIsTheCheckedWait: the SDK sleeps the very wait that
+// GetRetryToken checked against the deadline when it granted the retry, not
+// a second draw of the backoff.
+func TestRetryDelayIsTheCheckedWait(t *testing.T) {
+	base := &stepBase{Standard: sdkretry.NewStandard()}
+	f := newFixture(t, retry.Config{}, base, internal)
+	if err := f.getItem(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.fake.mu.Lock()
+	gap := f.fake.arrivals[1].Sub(f.fake.arrivals[0])
+	f.fake.mu.Unlock()
+	if base.calls != 1 || len(f.retries) != 1 || f.retries[0].Delay != time.Millisecond || gap >= 250*time.Millisecond {
+		t.Errorf("backoff drawn %d times, OnRetry %+v, retry sent %v later; want one draw of 1ms, slept", base.calls, f.retries, gap)
+	}
+}
