@@ -38,10 +38,8 @@ type awsSDKFixture struct {
 	client *dynamodb.Client
 	table  string
 
-	mu         sync.Mutex
-	retries    []retry.RetryEvent
-	exhausted  []*budget.ExhaustedError
-	storeFault []error
+	mu      sync.Mutex
+	retries []retry.RetryEvent
 }
 
 func newAWSSDKFixture(t *testing.T) *awsSDKFixture {
@@ -55,19 +53,17 @@ func newAWSSDKFixture(t *testing.T) *awsSDKFixture {
 	return &awsSDKFixture{proxy: p, table: newTable(t)}
 }
 
-// hooks fills in cfg's hooks so that the fixture records what the
-// Executor reported.
-func (f *awsSDKFixture) hooks(cfg *retry.Config) {
-	cfg.OnRetry = func(ev retry.RetryEvent) { f.mu.Lock(); f.retries = append(f.retries, ev); f.mu.Unlock() }
-	cfg.OnBudgetExhausted = func(ex *budget.ExhaustedError) { f.mu.Lock(); f.exhausted = append(f.exhausted, ex); f.mu.Unlock() }
-	cfg.OnStoreError = func(_ int, err error) { f.mu.Lock(); f.storeFault = append(f.storeFault, err); f.mu.Unlock() }
-}
-
-// useExecutor builds the SDK client over exec. The backoff is 1 ms, so that
-// throttling retries do not wait the SDK's second; the classification is
-// the SDK's.
-func (f *awsSDKFixture) useExecutor(t *testing.T, exec *retry.Executor) {
+// useConfig builds an Executor from cfg, with hooks that record what it
+// reports, and the SDK client over it. The SDK's backoff is 1 ms, so that
+// throttling retries do not wait its second; the classification is the
+// SDK's.
+func (f *awsSDKFixture) useConfig(t *testing.T, cfg retry.Config) {
 	t.Helper()
+	cfg.OnRetry = func(ev retry.RetryEvent) { f.mu.Lock(); f.retries = append(f.retries, ev); f.mu.Unlock() }
+	exec, err := retry.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r, err := awsretry.New(exec, awsretry.Options{Base: sdkretry.NewStandard(func(o *sdkretry.StandardOptions) {
 		o.Backoff = sdkretry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
 	})})
@@ -140,13 +136,7 @@ func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 		// Local: at most max(3, 10% of requests) retries per window; the
 		// fleet's allows more (floor 10).
 		lr, global := newFleetBudgets(t, "awsretry-local", 3, 10, 0.1, clock.Now)
-		cfg := retry.Config{MaxAttempts: 3, Budgets: []budget.Budget{lr, global}, Clock: clock}
-		f.hooks(&cfg)
-		exec, err := retry.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.useExecutor(t, exec)
+		f.useConfig(t, retry.Config{MaxAttempts: 3, Budgets: []budget.Budget{lr, global}, Clock: clock})
 
 		// Healthy: one request per call, no retry.
 		errs, requests := f.calls(t, 10)
@@ -206,13 +196,7 @@ func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 		// Local: generous. Fleet: a floor of 2 and a ratio too small to add
 		// a retry, so it grants exactly 2 in the window.
 		lr, global := newFleetBudgets(t, "awsretry-global", 100, 2, budget.MinGlobalRatio, clock.Now)
-		cfg := retry.Config{MaxAttempts: 3, Budgets: []budget.Budget{lr, global}, Clock: clock}
-		f.hooks(&cfg)
-		exec, err := retry.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.useExecutor(t, exec)
+		f.useConfig(t, retry.Config{MaxAttempts: 3, Budgets: []budget.Budget{lr, global}, Clock: clock})
 
 		f.proxy.Set(faultproxy.Fault{Kind: faultproxy.InternalError})
 		errs, requests := f.calls(t, 3)
@@ -298,13 +282,7 @@ func TestAWSRetryerSharedBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := retry.Config{MaxAttempts: 2, Breaker: br}
-	f.hooks(&cfg)
-	exec, err := retry.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.useExecutor(t, exec)
+	f.useConfig(t, retry.Config{MaxAttempts: 2, Breaker: br})
 	if _, ours := storeAPI.Options().Retryer.(*awsretry.Retryer); ours {
 		t.Fatal("dynamo.NewClient uses the awsretry.Retryer of its aws.Config")
 	}

@@ -76,8 +76,8 @@ type rieEnv struct {
 	exited chan struct{}
 
 	mu     sync.Mutex
-	stdout []string // the function's stdout (EMF) and the emulator's START/END/REPORT lines
-	stderr []string // the function's logs and the emulator's own
+	stdout []string // the function's output (EMF and logs) and the emulator's START/END/REPORT lines
+	stderr []string // the emulator's own logs
 }
 
 // startRIE starts the emulator on loopback, running bin with env (the
@@ -165,16 +165,13 @@ func (e *rieEnv) logs() string {
 	return "stdout:\n" + strings.Join(tail(e.stdout), "\n") + "\nstderr:\n" + strings.Join(tail(e.stderr), "\n")
 }
 
-// jsonLines returns the JSON objects among the lines of stdout or stderr.
-func (e *rieEnv) jsonLines(stderr bool) []map[string]any {
+// jsonLines returns the JSON objects among the lines of both streams (the
+// emulator writes the function's stdout and stderr to its own stdout).
+func (e *rieEnv) jsonLines() []map[string]any {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	lines := e.stdout
-	if stderr {
-		lines = e.stderr
-	}
 	var out []map[string]any
-	for _, l := range lines {
+	for _, l := range append(append([]string(nil), e.stdout...), e.stderr...) {
 		var m map[string]any
 		if json.Unmarshal([]byte(l), &m) == nil {
 			out = append(out, m)
@@ -268,11 +265,17 @@ func TestLambdaUnderRIE(t *testing.T) {
 	bin := buildBikes(t, dir)
 	table := newTable(t)
 	partner := newPartnerStub(t)
+	api := newAPI(t)
 	// One environment must be able to trip the fleet's breaker on its own
 	// (MinReporters 1), and the breaker must stay open long enough for the
 	// second emulator to start and ask (30 s, template.yaml's default).
+	// Store calls get a generous timeout: this test is about the function
+	// under the emulator, not about DynamoDB Local's latency on a busy
+	// machine, and a store call that times out sends the breaker to its
+	// local state machine, whose state the second environment cannot read.
 	env := withEnv(fleetEnvironment(table, dynamoEndpoint, partner.srv.URL),
-		"BREAKER_MIN_REPORTERS=1", "BREAKER_MIN_REQUESTS=6", "BREAKER_OPEN_DURATION=30s")
+		"BREAKER_MIN_REPORTERS=1", "BREAKER_MIN_REQUESTS=6", "BREAKER_OPEN_DURATION=30s",
+		"STORE_TIMEOUT=1500ms", "FLUSH_TIMEOUT=1500ms")
 
 	first := startRIE(t, rie, bin, "rie-1", env)
 
@@ -283,14 +286,14 @@ func TestLambdaUnderRIE(t *testing.T) {
 	}
 
 	// Partner down: 502s and 503s, every 503 with a Retry-After, until the
-	// breaker opens (reports reach the table at most once a second, so this
-	// takes a few seconds).
+	// breaker opens, in the table (reports reach it at most once a second,
+	// so this takes a few seconds).
 	partner.down.Store(true)
 	var open rieAnswer
 	statuses := map[string]int{}
-	for deadline := time.Now().Add(30 * time.Second); open.status == 0; {
+	for deadline := time.Now().Add(60 * time.Second); open.status == 0 || readBreakerState(t, api, table).state != "open"; {
 		if time.Now().After(deadline) {
-			t.Fatalf("the breaker did not open within 30 s of the partner being down (answers %v); output:\n%s", statuses, first.logs())
+			t.Fatalf("the breaker did not open in the table within 60 s of the partner being down (answers %v); output:\n%s", statuses, first.logs())
 		}
 		a := first.call(t, "sud-"+strconv.Itoa(len(statuses)))
 		statuses[strconv.Itoa(a.status)+" "+a.reason]++
@@ -310,6 +313,33 @@ func TestLambdaUnderRIE(t *testing.T) {
 	t.Logf("partner down: answers %v before the breaker opened", statuses)
 	if secs, _ := strconv.Atoi(open.retryAfter); secs > 36 {
 		t.Errorf("503 breaker-open with Retry-After %d s, more than the 30 s open period + 20%% jitter", secs)
+	}
+
+	// The function's log records carry the invocation's request id (the
+	// one the emulator was invoked with), and its metrics reach stdout as
+	// Embedded Metric Format, one object per invocation that had any.
+	logged := false
+	for _, rec := range first.jsonLines() {
+		if rec["msg"] == "partner unavailable" && rec["requestId"] == open.requestID {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Errorf("no \"partner unavailable\" record with requestId %q; output:\n%s", open.requestID, first.logs())
+	}
+	metrics := map[string]float64{}
+	for _, rec := range first.jsonLines() {
+		if rec["_aws"] == nil {
+			continue
+		}
+		for _, m := range []string{"BreakerOpened", "BudgetExhausted", "Retries"} {
+			if v, ok := rec[m].(float64); ok {
+				metrics[m] += v
+			}
+		}
+	}
+	if metrics["BreakerOpened"] < 1 || metrics["BudgetExhausted"] < 1 {
+		t.Errorf("EMF metrics on stdout %v; want BreakerOpened and BudgetExhausted", metrics)
 	}
 
 	// A second execution environment, started now, learns the open state
