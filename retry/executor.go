@@ -390,10 +390,17 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 	}()
 
 	for attempt := 1; ; attempt++ {
-		var err error
-		if permit, err = e.admit(ctx, now, attempt == 1); err != nil {
-			release.Done(budget.RetryNotUsed)
-			return e.rejected(ctx, attempt-1, lastErr, err)
+		if e.breaker != nil {
+			var err error
+			if permit, err = e.breaker.Allow(ctx, now); err != nil {
+				release.Done(budget.RetryNotUsed)
+				return e.rejected(ctx, attempt-1, lastErr, err)
+			}
+		}
+		if attempt == 1 {
+			for _, b := range e.budgets {
+				b.RecordRequest(now)
+			}
 		}
 
 		actx := ctx
@@ -401,7 +408,7 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 			actx, cancel = context.WithTimeout(ctx, e.attemptTimeout)
 		}
 		inFlight = true
-		err = op(actx, attempt)
+		err := op(actx, attempt)
 		inFlight = false
 		timedOut := false
 		if cancel != nil {
@@ -412,13 +419,23 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		now = e.attemptEnd(now)
 
 		if err == nil {
-			e.settle(ctx, now, permit, attempt == 1, nil, 0)
-			release.Done(budget.RetrySucceeded)
+			if e.breaker != nil {
+				e.breaker.Done(ctx, now, permit, breaker.Success)
+			}
+			if attempt == 1 {
+				for _, b := range e.budgets {
+					b.RecordSuccess(now)
+				}
+			} else {
+				release.Done(budget.RetrySucceeded)
+			}
 			return nil
 		}
 
 		verdict := e.classify(ctx, c, err, timedOut)
-		e.settle(ctx, now, permit, attempt == 1, err, verdict)
+		if e.breaker != nil {
+			e.breaker.Done(ctx, now, permit, verdict.outcome())
+		}
 		release.Done(budget.RetryFailed)
 		release = nil
 		lastErr = err

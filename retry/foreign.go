@@ -13,8 +13,9 @@ import (
 // does not run itself: the AWS SDK's (package awsretry adapts it), a gRPC
 // interceptor's, a message consumer's redelivery. The foreign loop keeps its
 // own classification, backoff and attempt limit; the Executor supplies the
-// breaker and the budgets, with the same code Do runs, so that every call to
-// a partner, whoever loops over it, counts against one budget and one
+// breaker and the budgets, with the same rules and hooks as Do (the retry
+// side is the very code Do runs: fits and grant), so that every call to a
+// partner, whoever loops over it, counts against one budget and one
 // breaker. A foreign loop runs, per call:
 //
 //	for attempt := 1; ; attempt++ {
@@ -60,8 +61,8 @@ import (
 func (e *Executor) StartAttempt(ctx context.Context, attempt int) (done func(err error, v Verdict), err error) {
 	now := e.now()
 	first := attempt <= 1
-	permit, err := e.admit(ctx, now, first)
-	if err != nil {
+	var permit breaker.Permit
+	if err := e.admit(ctx, now, first, &permit); err != nil {
 		return nil, e.rejected(ctx, max(attempt-1, 0), nil, err)
 	}
 	var ended atomic.Bool
@@ -72,7 +73,7 @@ func (e *Executor) StartAttempt(ctx context.Context, attempt int) (done func(err
 		if aerr != nil && v == NoOpinion {
 			v = e.classify(ctx, call{idempotent: e.idempotent}, aerr, false)
 		}
-		e.settle(ctx, e.attemptEnd(now), permit, first, aerr, v)
+		e.settle(ctx, e.attemptEnd(now), &permit, first, aerr, v)
 	}, nil
 }
 
@@ -103,34 +104,40 @@ func (e *Executor) AcquireRetry(ctx context.Context, ev RetryEvent) (budget.Rele
 	return e.grant(ctx, now, ev)
 }
 
-// admit gates an attempt through the breaker and, for the first attempt of
-// a call, records the request with every budget. Do and StartAttempt share
-// it.
-func (e *Executor) admit(ctx context.Context, now time.Time, first bool) (permit breaker.Permit, err error) {
+// admit gates an attempt through the breaker, storing its permit in
+// *permit, and, for the first attempt of a call, records the request with
+// every budget: the steps loop takes before each attempt. settle is the
+// steps it takes after one. loop writes both out in place rather than
+// calling these: on the healthy path the two calls, passing the permit and
+// the time, cost about 10 ns of a 90 ns call (measured with
+// BenchmarkHealthyPath), and they are three lines each.
+func (e *Executor) admit(ctx context.Context, now time.Time, first bool, permit *breaker.Permit) error {
 	if e.breaker != nil {
-		if permit, err = e.breaker.Allow(ctx, now); err != nil {
-			return permit, err
+		p, err := e.breaker.Allow(ctx, now)
+		if err != nil {
+			return err
 		}
+		*permit = p
 	}
 	if first {
 		for _, b := range e.budgets {
 			b.RecordRequest(now)
 		}
 	}
-	return permit, nil
+	return nil
 }
 
 // settle records how an admitted attempt ended at now: the breaker's
 // outcome (Success when err is nil, otherwise decided by v), and for the
 // success of a first attempt RecordSuccess with every budget. The grant of
 // a retry is released by the loop that holds it.
-func (e *Executor) settle(ctx context.Context, now time.Time, permit breaker.Permit, first bool, err error, v Verdict) {
+func (e *Executor) settle(ctx context.Context, now time.Time, permit *breaker.Permit, first bool, err error, v Verdict) {
 	if e.breaker != nil {
 		o := breaker.Success
 		if err != nil {
 			o = v.outcome()
 		}
-		e.breaker.Done(ctx, now, permit, o)
+		e.breaker.Done(ctx, now, *permit, o)
 	}
 	if err == nil && first {
 		for _, b := range e.budgets {
