@@ -62,8 +62,8 @@ import (
 
 // Limits CloudWatch puts on EMF (see the EMF specification).
 const (
-	// MaxDimensions is the number of dimensions a dimension set may hold.
-	MaxDimensions = 30
+	// maxDimensions is the number of dimensions a dimension set may hold.
+	maxDimensions = 30
 	// maxNameLen bounds a namespace, a dimension name or value (CloudWatch
 	// allows 255 characters for each of them; 256 for a namespace).
 	maxNameLen = 255
@@ -75,7 +75,7 @@ type Options struct {
 	// "Herdguard" (required).
 	Namespace string
 	// Dimensions are the dimensions of every metric, name to value, such as
-	// {"FunctionName": ..., "Partner": ...}: at most MaxDimensions, names and
+	// {"FunctionName": ..., "Partner": ...}: at most 30 (EMF's limit), names and
 	// values non-empty. An alarm must name exactly these to see the metrics.
 	Dimensions map[string]string
 	// Now is the clock of the flush's Timestamp (default time.Now).
@@ -130,8 +130,8 @@ func New(w io.Writer, o Options) (*Recorder, error) {
 		return nil, errors.New("herdguard: emf: the writer is nil")
 	case o.Namespace == "" || len(o.Namespace) > maxNameLen:
 		return nil, bad("Namespace %q: want 1 to %d characters", o.Namespace, maxNameLen)
-	case len(o.Dimensions) > MaxDimensions:
-		return nil, bad("Dimensions has %d entries, more than EMF's %d", len(o.Dimensions), MaxDimensions)
+	case len(o.Dimensions) > maxDimensions:
+		return nil, bad("Dimensions has %d entries, more than EMF's %d", len(o.Dimensions), maxDimensions)
 	}
 	for k, v := range o.Dimensions {
 		switch {
