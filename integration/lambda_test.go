@@ -356,8 +356,8 @@ func TestLambdaFleetOverRuntimeAPI(t *testing.T) {
 		if a.status != http.StatusServiceUnavailable || a.reason != "breaker-open" || a.retryAfter == "" {
 			t.Errorf("%s while open: %d %q Retry-After %q, want 503 breaker-open with Retry-After", envs[i].name, a.status, a.reason, a.retryAfter)
 		}
-		if envs[i].emfCount("BreakerStateChange", map[string]string{"State": "open"}) == 0 {
-			t.Errorf("%s logged no BreakerStateChange EMF record to open", envs[i].name)
+		if envs[i].emfCount("BreakerOpened", nil) == 0 {
+			t.Errorf("%s logged no BreakerOpened EMF record", envs[i].name)
 		}
 	}
 	if openFig.firsts+openFig.retries != 0 {

@@ -453,14 +453,11 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		if !ok {
 			return e.giveUp(ctx, attempt, reason, err, nil)
 		}
-		rel, berr := budget.AcquireAll(ctx, now, kind, e.budgets, e.storeErr)
-		if berr != nil {
-			return e.exhausted(ctx, attempt, err, berr, delay)
+		rel, gerr := e.grant(ctx, now, RetryEvent{Attempt: attempt, Delay: delay, RetryAfter: hint, Err: err, Kind: kind})
+		if gerr != nil {
+			return gerr
 		}
 		release = rel
-		if e.onRetry != nil {
-			e.onRetry(RetryEvent{Attempt: attempt, Delay: delay, RetryAfter: hint, Err: err, Kind: kind})
-		}
 		if c.beforeWait != nil {
 			c.beforeWait()
 		}
@@ -544,19 +541,13 @@ func (e *Executor) plan(now, deadline time.Time, hasDeadline bool, retry int, ki
 	if hint < 0 {
 		hint = 0
 	}
-	if hint > e.maxRetryAfter {
-		return 0, RetryAfterTooLong, false
-	}
 	base := e.transientBase
 	if kind == budget.Throttling {
 		base = e.throttlingBase
 	}
 	wait = addSat(hint, FullJitter(retry, base, e.maxDelay, random))
-	if hasDeadline {
-		left := subSat(deadline.Sub(now), e.margin)
-		if wait >= left {
-			return 0, DeadlineTooClose, false
-		}
+	if reason, ok = e.fits(now, deadline, hasDeadline, hint, wait); !ok {
+		return 0, reason, false
 	}
 	return wait, 0, true
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
@@ -229,22 +231,27 @@ func emfRecords(t *testing.T, s string) []map[string]any {
 	return out
 }
 
-func countMetric(t *testing.T, recs []map[string]any, metric string, match map[string]string) int {
-	t.Helper()
-	n := 0
-next:
+// metricSum sums a metric over the EMF records.
+func metricSum(recs []map[string]any, metric string) int {
+	n := 0.0
 	for _, r := range recs {
-		if _, ok := r[metric]; !ok {
-			continue
+		if v, ok := r[metric].(float64); ok {
+			n += v
 		}
-		for k, v := range match {
-			if r[k] != v {
-				continue next
-			}
-		}
-		n++
 	}
-	return n
+	return int(n)
+}
+
+// exhaustedBudgets returns the budgets the records list as having refused.
+func exhaustedBudgets(recs []map[string]any) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range recs {
+		names, _ := r["ExhaustedBudgets"].([]any)
+		for _, n := range names {
+			out[fmt.Sprint(n)] = true
+		}
+	}
+	return out
 }
 
 func retryAfterHeader(t *testing.T, resp events.APIGatewayV2HTTPResponse) int {
@@ -333,8 +340,8 @@ func TestHandleAnswers503WhenBreakerForcedOpenInTable(t *testing.T) {
 		t.Error("partner called although the breaker is forced open")
 	}
 	recs := emfRecords(t, f.emf.String())
-	if n := countMetric(t, recs, metricBreakerStateChange, map[string]string{dimState: "open", "From": "closed"}); n != 1 {
-		t.Errorf("%d BreakerStateChange closed→open records, want 1; EMF:\n%s", n, f.emf.String())
+	if n := metricSum(recs, "BreakerOpened"); n != 1 {
+		t.Errorf("BreakerOpened %d, want 1; EMF:\n%s", n, f.emf.String())
 	}
 }
 
@@ -387,8 +394,8 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 		t.Errorf("state in the store: %+v, %v; want open", snap, err)
 	}
 	recs := emfRecords(t, f.emf.String())
-	if n := countMetric(t, recs, metricBreakerStateChange, map[string]string{dimState: "open"}); n != 1 {
-		t.Errorf("%d BreakerStateChange→open records, want 1", n)
+	if n := metricSum(recs, "BreakerOpened"); n != 1 {
+		t.Errorf("BreakerOpened %d, want 1; EMF:\n%s", n, f.emf.String())
 	}
 	// While open, calls do not reach the partner.
 	if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusServiceUnavailable {
@@ -448,9 +455,10 @@ func TestHandleAnswers503WhenBudgetExhausted(t *testing.T) {
 		t.Errorf("the handler answers the second refusal with Retry-After %d s, want %d s", again, want)
 	}
 
+	f.fn.flush(context.Background()) // the second call went around Handle, which flushes
 	recs := emfRecords(t, f.emf.String())
-	if n := countMetric(t, recs, metricBudgetExhausted, map[string]string{"Budget": local.RatioLayer}); n != 2 {
-		t.Errorf("%d BudgetExhausted records from %s, want 2; EMF:\n%s", n, local.RatioLayer, f.emf.String())
+	if n := metricSum(recs, "BudgetExhausted"); n != 2 || !exhaustedBudgets(recs)[local.RatioLayer] {
+		t.Errorf("BudgetExhausted %d, budgets %v; want 2 from %s; EMF:\n%s", n, exhaustedBudgets(recs), local.RatioLayer, f.emf.String())
 	}
 }
 
@@ -479,8 +487,8 @@ func TestHandleGlobalBudgetRefuses(t *testing.T) {
 		t.Errorf("fleet granted %d retries, want the floor of 2 (attempts %v)", retries, attempts)
 	}
 	recs := emfRecords(t, f.emf.String())
-	if n := countMetric(t, recs, metricBudgetExhausted, map[string]string{"Budget": "global:bikes-partner"}); n < 1 {
-		t.Errorf("no BudgetExhausted record from the global budget; EMF:\n%s", f.emf.String())
+	if n := metricSum(recs, "BudgetExhausted"); n < 1 || !exhaustedBudgets(recs)["global:bikes-partner"] {
+		t.Errorf("BudgetExhausted %d, budgets %v; want refusals from the global budget; EMF:\n%s", n, exhaustedBudgets(recs), f.emf.String())
 	}
 }
 
@@ -704,5 +712,68 @@ func TestConcurrentInvocations(t *testing.T) {
 		if c != http.StatusOK && c != http.StatusServiceUnavailable {
 			t.Errorf("call %d: %d", i, c)
 		}
+	}
+}
+
+// TestLogLinesCarryTheRequestID: the handler's own records carry the
+// invocation's request id from its context (lambdacontext), and so do
+// records herdguard's hooks make without a context while the invocation is
+// the only one in progress; with two in progress such a record carries
+// none rather than a wrong one.
+func TestLogLinesCarryTheRequestID(t *testing.T) {
+	p := newPartner(t, bikesJSON)
+	var logs syncBuffer
+	breakers := local.NewBreakerStore()
+	fn, err := newFunction(testConfig(t, p.srv.URL), deps{
+		budgetStore:  local.NewBudgetStore(),
+		breakerStore: breakers,
+		metrics:      &syncBuffer{},
+		logger:       slog.New(slog.NewJSONHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Forced open in the table: the invocation's first Allow reads it, the
+	// breaker's hook logs the state change (no context), and the handler
+	// logs the 503 (with the invocation's context).
+	if err := breakers.SetOverride(context.Background(), "bikes-partner", breaker.ForcedOpen, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "req-1"})
+	if resp, _ := fn.Handle(ctx, request("nord-3")); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("got %d, want 503", resp.StatusCode)
+	}
+	byMsg := map[string]map[string]any{}
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		byMsg[fmt.Sprint(rec["msg"])] = rec
+	}
+	for _, msg := range []string{"partner unavailable", msgBreakerStateChanged} {
+		rec, ok := byMsg[msg]
+		if !ok {
+			t.Errorf("no %q record; logs:\n%s", msg, logs.String())
+			continue
+		}
+		if rec[logKeyRequestID] != "req-1" {
+			t.Errorf("%q carries requestId %v, want req-1", msg, rec[logKeyRequestID])
+		}
+	}
+
+	// Two invocations in progress: a record without a context is nobody's.
+	var in invocations
+	endA, endB := in.begin("a"), in.begin("b")
+	if id := in.only(); id != "" {
+		t.Errorf("only() = %q with two invocations in progress", id)
+	}
+	endA()
+	if id := in.only(); id != "b" {
+		t.Errorf("only() = %q, want b", id)
+	}
+	endB()
+	if id := in.only(); id != "" {
+		t.Errorf("only() = %q with none in progress", id)
 	}
 }
