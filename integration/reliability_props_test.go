@@ -296,7 +296,7 @@ func newRelGlobalModel(t *rapid.T, ctx context.Context, store budget.Store, name
 		Shards:        rapid.IntRange(1, 3).Draw(t, "shards"),
 		LeaseSize:     rapid.IntRange(1, 4).Draw(t, "leaseSize"),
 		FaultCooldown: rapid.SampledFrom([]time.Duration{-1, 200 * time.Millisecond}).Draw(t, "cooldown"),
-		FailClosed:    rapid.Bool().Draw(t, "failClosed"),
+		FailOpen:      rapid.Bool().Draw(t, "failOpen"),
 		StoreTimeout:  5 * time.Second, // generous: DynamoDB Local under -race; faults are injected, not timed
 	}
 	m := &relGlobalModel{
