@@ -357,9 +357,12 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 
 // loop is the retry loop, shared by every entry point: breaker gate →
 // attempt → classification → breaker outcome (decided by the verdict) →
-// attempts left? → delay and deadline check → budgets → wait → next
-// attempt. It is not generic, so
-// that Executor.Do calls op directly; run wraps it for values.
+// attempts left? → delay and deadline check → breaker gate for the next
+// attempt → budgets → wait → next attempt. The gate comes before the
+// budgets so that a retry the breaker rejects is never charged to them; a
+// budget refusal after the gate admitted hands the permit back (Excluded).
+// It is not generic, so that Executor.Do calls op directly; run wraps it
+// for values.
 func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, int) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -375,7 +378,6 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		release  budget.Release // grant of the retry in progress, if any
 		cancel   context.CancelFunc
 		inFlight bool // op is running: if it panics, settle permit and grant
-		lastErr  error
 	)
 	defer func() {
 		if inFlight { // op panicked; account for it and let the panic go on
@@ -390,14 +392,13 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 	}()
 
 	for attempt := 1; ; attempt++ {
-		if e.breaker != nil {
-			var err error
-			if permit, err = e.breaker.Allow(ctx, now); err != nil {
-				release.Done(budget.RetryNotUsed)
-				return e.rejected(ctx, attempt-1, lastErr, err)
-			}
-		}
 		if attempt == 1 {
+			if e.breaker != nil {
+				var err error
+				if permit, err = e.breaker.Allow(ctx, now); err != nil {
+					return e.rejected(ctx, 0, nil, err)
+				}
+			}
 			for _, b := range e.budgets {
 				b.RecordRequest(now)
 			}
@@ -438,7 +439,6 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		}
 		release.Done(budget.RetryFailed)
 		release = nil
-		lastErr = err
 
 		if !verdict.Retryable() {
 			return e.giveUp(ctx, attempt, NotRetryable, err, nil)
@@ -453,8 +453,15 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		if !ok {
 			return e.giveUp(ctx, attempt, reason, err, nil)
 		}
+		if e.breaker != nil {
+			var oerr error
+			if permit, oerr = e.breaker.Allow(ctx, now); oerr != nil {
+				return e.rejected(ctx, attempt, err, oerr)
+			}
+		}
 		rel, berr := budget.AcquireAll(ctx, now, kind, e.budgets, e.storeErr)
 		if berr != nil {
+			e.excluded(ctx, now, permit)
 			return e.exhausted(ctx, attempt, err, berr, delay)
 		}
 		release = rel
@@ -466,9 +473,17 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		}
 		if serr := e.clock.Sleep(ctx, delay); serr != nil {
 			release.Done(budget.RetryNotUsed)
+			e.excluded(ctx, e.clock.Now(), permit)
 			return e.giveUp(ctx, attempt, ContextDone, err, serr)
 		}
 		now = e.now()
+	}
+}
+
+// excluded hands back a breaker permit whose attempt will not run.
+func (e *Executor) excluded(ctx context.Context, now time.Time, p breaker.Permit) {
+	if e.breaker != nil {
+		e.breaker.Done(ctx, now, p, breaker.Excluded)
 	}
 }
 
