@@ -64,8 +64,10 @@ type Config struct {
 	// Budgets are asked, in order, before every retry; all must grant
 	// (budget.AcquireAll). Put the in-memory local budget first and the
 	// fleet-wide one after it, so that a local refusal costs no store call.
-	// A layer that cannot reach its store abstains and is reported to
-	// OnStoreError. No budgets: retries are limited by MaxAttempts only.
+	// A layer that cannot reach its store is reported to OnStoreError and
+	// abstains or refuses, as it chooses (budget.Global refuses unless
+	// configured with FailOpen). No budgets: retries are limited by
+	// MaxAttempts only.
 	Budgets []budget.Budget
 
 	// Breaker, if not nil, gates every attempt (the first and each retry)
@@ -96,7 +98,7 @@ type Config struct {
 	// error about to be returned.
 	OnBudgetExhausted func(*budget.ExhaustedError)
 	// OnStoreError is called when budget layer Budgets[layer] could not
-	// decide (its store failed) and abstained.
+	// reach its store (it then abstained, or refused if it fails closed).
 	OnStoreError func(layer int, err error)
 	// Logger, if not nil, logs budget exhaustion and store errors at Warn,
 	// give-ups after retrying at Info, and other give-ups at Debug.
