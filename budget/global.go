@@ -225,6 +225,10 @@ type GlobalStats struct {
 	// call that failed. It is never sent again: it may or may not have
 	// reached the store, and sending it twice could count it twice.
 	LostRequests int64
+	// SkippedRequests counts requests never deposited because they were
+	// made, before the environment engaged, in an earlier period of
+	// DepositInterval than the one before its first ask (see Global).
+	SkippedRequests int64
 }
 
 // Global is the fleet-wide retry ratio: at most Ratio retries per request
@@ -244,7 +248,12 @@ type GlobalStats struct {
 //   - An environment is engaged in window w when it asked for a global
 //     retry (AcquireRetry) in w or in w-1. Only an engaged environment
 //     writes. A fleet in which nobody retries makes no store call at all;
-//     Flush is then a no-op.
+//     Flush is then a no-op. When an environment engages, its first write
+//     deposits only its requests of the last D to 2 × D (RecordRequest
+//     also counts them per period of D): the requests it made while it
+//     had nothing to retry would otherwise fund a burst of retries at an
+//     outage's onset when the outage starts late in a window
+//     (SkippedRequests).
 //   - An engaged environment contacts the store on a jittered schedule:
 //     after every store call it draws its next contact at
 //     now + D × U(0.5, 1.5), D = DepositInterval. Flush (called after every
@@ -386,6 +395,7 @@ type Global struct {
 	label        string // Budget field of the errors Global returns
 	cfg          GlobalConfig
 	windowMilli  int64
+	depositMilli int64   // DepositInterval in whole milliseconds, at least 1
 	perRequest   int64   // allowance earned by one request
 	floorShares  []int64 // allowance each shard item starts with
 	expiryMargin time.Duration
@@ -399,7 +409,12 @@ type Global struct {
 	// window. The lock-holding code moves counts out with a CAS that keeps
 	// the tag.
 	slots [2]atomic.Uint64
-	_     [64]byte // keep the hot slots off the mutex's cache line
+	// recent counts, the same way, the requests of the two most recent
+	// periods of DepositInterval (aligned to the epoch) seen, at index
+	// period&1: what an environment made lately, which its first write
+	// after it engages deposits (see skipStaleLocked).
+	recent [2]atomic.Uint64
+	_      [64]byte // keep the hot slots off the mutex's cache line
 
 	storeCalls atomic.Int64
 
@@ -488,6 +503,7 @@ func NewGlobal(store Store, name string, cfg GlobalConfig) (*Global, error) {
 		label:        GlobalLayer + ":" + name,
 		cfg:          cfg,
 		windowMilli:  cfg.Window.Milliseconds(),
+		depositMilli: max(cfg.DepositInterval.Milliseconds(), 1),
 		perRequest:   max(int64(math.Floor(cfg.Ratio*float64(AllowancePerRetry)+1e-6)), 1),
 		floorShares:  make([]int64, cfg.Shards),
 		expiryMargin: max(cfg.Window, time.Minute),
@@ -587,9 +603,15 @@ func (g *Global) Stats() GlobalStats {
 
 // RecordRequest counts a request in memory. It never calls the store.
 func (g *Global) RecordRequest(now time.Time) {
-	w := g.windowIndex(now)
-	tag := uint64(uint32(w)) << countBits
-	s := &g.slots[w&1]
+	ms := now.UnixMilli()
+	w, d := floorDiv(ms, g.windowMilli), floorDiv(ms, g.depositMilli)
+	count(&g.slots[w&1], w)
+	count(&g.recent[d&1], d)
+}
+
+// count adds one to the count of period i in s, a slot of slots or recent.
+func count(s *atomic.Uint64, i int64) {
+	tag := uint64(uint32(i)) << countBits
 	for {
 		v := s.Load()
 		var next uint64
@@ -599,15 +621,33 @@ func (g *Global) RecordRequest(now time.Time) {
 				return // saturated; undercounting is safe
 			}
 			next = v + 1
-		case n == 0 || int32(uint32(w)-uint32(v>>countBits)) > 0:
-			next = tag | 1 // empty, or an older window: start over
+		case n == 0 || int32(uint32(i)-uint32(v>>countBits)) > 0:
+			next = tag | 1 // empty, or an older period: start over
 		default:
-			return // the slot holds a newer window: drop this late request
+			return // the slot holds a newer period: drop this late request
 		}
 		if s.CompareAndSwap(v, next) {
 			return
 		}
 	}
+}
+
+// countOf returns the count of period i in s, 0 if s holds another.
+func countOf(s *atomic.Uint64, i int64) int64 {
+	v := s.Load()
+	if v&^countMask != uint64(uint32(i))<<countBits {
+		return 0
+	}
+	return int64(v & countMask)
+}
+
+// floorDiv is a ÷ b rounded down (b > 0), also for negative a.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
 }
 
 // RecordSuccess does nothing: the ratio is over requests, whatever their
@@ -645,8 +685,12 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 		g.mu.Unlock()
 		return g.grant(w), nil
 	}
+	onset := g.asked == noWindow || g.asked < w-1 // its first ask since it was engaged, if ever
 	g.noteAskLocked(w)
 	p := g.harvestPendingLocked(w)
+	if onset {
+		p.cur = g.skipStaleLocked(now, w, p.cur)
+	}
 	deposit := p.n() * g.perRequest
 	est, known := g.estimateLocked(w)
 	fund := !known || est+deposit >= AllowancePerRetry
@@ -835,6 +879,23 @@ func (g *Global) harvestPendingLocked(w int64) pending {
 		p.carry = g.harvestLocked(w - 1)
 	}
 	return p
+}
+
+// skipStaleLocked is the engagement rule: an environment that was not
+// engaged deposits, with its first write at now, only those of its cur
+// unreported requests of window w that it made in the current or the
+// previous period of DepositInterval (between D and 2 × D before now), as
+// if its previous contact had been then. The others, made while it had no
+// retry to ask for (before an outage, typically), are dropped: when an
+// outage starts late in a window they would fund a burst of retries at its
+// onset, far above the ratio over the outage. Dropping only lowers the
+// allowance. It returns the requests kept.
+func (g *Global) skipStaleLocked(now time.Time, w, cur int64) int64 {
+	d := floorDiv(now.UnixMilli(), g.depositMilli)
+	keep := min(cur, countOf(&g.recent[d&1], d)+countOf(&g.recent[(d-1)&1], d-1))
+	g.held[w&1].n -= cur - keep
+	g.stats.SkippedRequests += cur - keep
+	return keep
 }
 
 // harvestLocked moves the requests of window w from its slot into held and
@@ -1043,12 +1104,7 @@ func (g *Global) faultErrorLocked(now time.Time, cause error) error {
 
 // windowIndex is the number of the window now falls in.
 func (g *Global) windowIndex(now time.Time) int64 {
-	ms := now.UnixMilli()
-	w := ms / g.windowMilli
-	if ms%g.windowMilli < 0 {
-		w--
-	}
-	return w
+	return floorDiv(now.UnixMilli(), g.windowMilli)
 }
 
 func (g *Global) windowStart(w int64) time.Time {

@@ -303,3 +303,39 @@ func TestGlobalFailsClosedByDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestGlobalEngagesWithRecentRequestsOnly: the first write of an
+// environment that was not engaged deposits only the requests it made in
+// the current and the previous period of DepositInterval, not those it made
+// earlier in the window while it had nothing to retry (they would fund a
+// burst of retries when an outage starts late in a window). Once engaged,
+// every request counts.
+func TestGlobalEngagesWithRecentRequestsOnly(t *testing.T) {
+	s := newRecStore(newMapStore())
+	g := newGlobal(t, s, budget.GlobalConfig{Floor: 1, Rand: constRand(0.5)}) // D = 2.5 s: periods [5, 7.5), [7.5, 10) s
+	record(g, t0.Add(time.Second), 50)                                        // healthy, long before
+	record(g, t0.Add(6*time.Second), 4)                                       // the previous period
+	record(g, t0.Add(8*time.Second), 3)                                       // the current period
+	if _, ok := acquire(t, g, t0.Add(9*time.Second)); !ok {
+		t.Fatal("the floor was refused")
+	}
+	if c := s.Calls()[0]; c.Update.Deposit != 7*unit/10 {
+		t.Fatalf("first write %+v, want a deposit of the 7 recent requests", c.Update)
+	}
+	if st := g.Stats(); st.SkippedRequests != 50 || st.ReportedRequests != 7 {
+		t.Errorf("stats %+v", st)
+	}
+	// Engaged now: the next window's first write deposits everything
+	// unreported, old requests of the window and carried ones included.
+	record(g, t0.Add(9500*time.Millisecond), 2)
+	record(g, t0.Add(10*time.Second), 20)
+	if err := g.FlushAt(context.Background(), t0.Add(19*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Calls()[1]; c.Update.Deposit != 22*unit/10 || !c.Key.Window.Equal(t0.Add(testWindow)) {
+		t.Fatalf("engaged write %+v, want the 20 requests of window 1 and the 2 carried", c)
+	}
+	if st := g.Stats(); st.SkippedRequests != 50 || st.CarriedRequests != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
