@@ -1,11 +1,14 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/dynamo"
 	"github.com/herdguard/herdguard/integration/faultproxy"
 )
 
@@ -110,6 +113,7 @@ func TestReliabilityDynamoFaults(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	api := relStoreClient(t, proxy.URL())
+	relWarmTable(t, api, table)
 	fleet := newRelFleet(t, api, table, relFleetConfig{Envs: 4})
 	cfg := fleet.cfg
 	partner := &relPartner{}
@@ -247,6 +251,35 @@ func (f *relFleet) watchFrom(back time.Time) time.Time {
 type relResume struct {
 	budgetAttempt, breakerAttempt time.Duration
 	budgetSuccess, breakerSuccess time.Duration
+}
+
+// relWarmTable sends a few budget writes and breaker reads to table with a
+// generous timeout, on items no environment uses. A freshly started
+// DynamoDB Local answers its first requests slower than the fleet's
+// StoreTimeout; the Global, failing closed, would then refuse every retry
+// of the healthy warm-up phase (and the breakers, counting unretried
+// failures on their own, could trip), which is not what the phase is for.
+func relWarmTable(t *testing.T, api dynamo.API, table string) {
+	t.Helper()
+	bs, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		now := time.Now()
+		_, aerr := bs.Apply(ctx, budget.Key{Name: "warm-up", Window: now.Truncate(time.Second)},
+			budget.Update{Floor: budget.AllowancePerRetry, Expires: now.Add(time.Minute)})
+		_, lerr := cs.Load(ctx, "warm-up")
+		cancel()
+		if aerr != nil || lerr != nil {
+			t.Fatalf("warming DynamoDB Local, request %d: %v, %v", i, aerr, lerr)
+		}
+	}
 }
 
 // relCheckResume checks that every environment's Global started a store
