@@ -84,10 +84,9 @@ func relFaultTable(rows []relFaultRow) string {
 //   - calls return by their deadline plus relOverrunBound (at most
 //     relOverrunShare of them later, none later than relOverrunCeiling),
 //     judged over every call of the test;
-//   - every retry made was granted by the local budget, and the local
-//     budget refused retries while the table worked (it keeps limiting;
-//     not asserted for an environment whose Global saw a store fault in
-//     the phase all the same, since it then refuses alone);
+//   - every retry made was granted by the local budget (asked first; with
+//     the Global failing closed, which layer refuses first while the table
+//     works is incidental: both hold 10%);
 //   - the global layer granted nothing new from a failing table, refused
 //     (it fails closed by default) and reported the fault;
 //   - a failing table is not hammered: each environment makes at most two
@@ -168,12 +167,6 @@ func TestReliabilityDynamoFaults(t *testing.T) {
 					t.Errorf("env %d made %d retries but its local budget granted only %d: a retry bypassed the local layer", i, retries, l.granted)
 				}
 				if !fc.failing {
-					// While the table works the local layer limits too
-					// (the Global, failing closed, refuses alone while its
-					// own store calls fail, e.g. a slow DynamoDB Local).
-					if l.refused == 0 && a.global.Faults == b.global.Faults {
-						t.Errorf("env %d: the local budget refused no retry during the fault (granted %d): it is not limiting", i, l.granted)
-					}
 					continue
 				}
 				if leases := a.global.Leases - b.global.Leases; leases != 0 {
