@@ -284,13 +284,13 @@ func TestHooksOfAnExecutor(t *testing.T) {
 	fail := func(context.Context, int) error { return &retry.StatusError{StatusCode: 503} }
 	ctx := context.Background()
 	_ = exec.Do(ctx, fail) // attempt, retry (granted), retry refused: 2 failures
-	_ = exec.Do(ctx, fail) // the third failure trips the breaker; the budget refuses the retry
+	_ = exec.Do(ctx, fail) // the third failure trips the breaker, which rejects the retry before the budget is asked
 	_ = exec.Do(ctx, fail) // rejected by the open breaker at once
 	if err := r.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	_, values, _ := parse(t, lines(&buf)[0])
-	want := map[string]float64{"Retries": 1, "BudgetExhausted": 2, "BreakerOpened": 1, "BreakerOpenedWritten": 1, "BreakerRejected": 1}
+	want := map[string]float64{"Retries": 1, "BudgetExhausted": 1, "BreakerOpened": 1, "BreakerOpenedWritten": 1, "BreakerRejected": 2}
 	for k, v := range want {
 		if values[k] != v {
 			t.Errorf("%s = %v, want %v (all: %v)", k, values[k], v, values)

@@ -282,7 +282,7 @@ func TestReliabilityBadBudgetItems(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				g, err := budget.NewGlobal(bs, name, budget.GlobalConfig{Window: time.Hour, Floor: 1000, FailClosed: failClosed, FaultCooldown: -1, StoreTimeout: 2 * time.Second})
+				g, err := budget.NewGlobal(bs, name, budget.GlobalConfig{Window: time.Hour, Floor: 1000, FailOpen: !failClosed, FaultCooldown: -1, StoreTimeout: 2 * time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}

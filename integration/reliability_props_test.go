@@ -273,8 +273,41 @@ type relGlobalModel struct {
 	requests map[int64]int64 // window start (Unix ms) -> requests recorded
 	granted  map[int64]int64 // window start -> grants
 	returned map[int64]int64 // window start -> grants given back
-	held     [][]relGrant    // per environment, grants not released yet
-	total    int64           // requests recorded
+	// carried is, per window, the requests of the window before that the
+	// documented bound lets the environments carry into it (see
+	// relEnvStore).
+	carried map[int64]int64
+	held    [][]relGrant   // per environment, grants not released yet
+	envLog  []*relEnvStore // per environment, the store it writes through
+	total   int64          // requests recorded
+}
+
+// relEnvStore is the store one environment's Global writes through. It
+// follows the environment (whose calls the model makes one at a time) to
+// count the requests the documented bound lets it carry: a store call in
+// window w that was not refused nor throttled (applied, or of unknown
+// fate) deposits every request of w it holds and, if the environment was
+// engaged in w-1 (asked for a retry in w-1 or w-2), every request of w-1
+// recorded since its last such call in w-1: those are carried into w.
+type relEnvStore struct {
+	budget.Store
+	m       *relGlobalModel
+	asked   map[int64]bool  // window start -> AcquireRetry called in it
+	pending map[int64]int64 // window start -> requests since the last such call in it
+}
+
+func (e *relEnvStore) Apply(ctx context.Context, k budget.Key, u budget.Update) (int64, error) {
+	a, err := e.Store.Apply(ctx, k, u)
+	if errors.Is(err, budget.ErrInsufficient) || errors.Is(err, budget.ErrThrottled) {
+		return a, err // nothing applied: what it carried is still pending
+	}
+	w, win := k.Window.UnixMilli(), e.m.cfg.Window.Milliseconds()
+	e.pending[w] = 0
+	if e.asked[w-win] || e.asked[w-2*win] {
+		e.m.carried[w] += e.pending[w-win]
+		e.pending[w-win] = 0
+	}
+	return a, err
 }
 
 type relGrant struct {
@@ -296,7 +329,7 @@ func newRelGlobalModel(t *rapid.T, ctx context.Context, store budget.Store, name
 		Shards:        rapid.IntRange(1, 3).Draw(t, "shards"),
 		LeaseSize:     rapid.IntRange(1, 4).Draw(t, "leaseSize"),
 		FaultCooldown: rapid.SampledFrom([]time.Duration{-1, 200 * time.Millisecond}).Draw(t, "cooldown"),
-		FailClosed:    rapid.Bool().Draw(t, "failClosed"),
+		FailOpen:      rapid.Bool().Draw(t, "failOpen"),
 		StoreTimeout:  5 * time.Second, // generous: DynamoDB Local under -race; faults are injected, not timed
 	}
 	m := &relGlobalModel{
@@ -307,6 +340,7 @@ func newRelGlobalModel(t *rapid.T, ctx context.Context, store budget.Store, name
 		requests:   map[int64]int64{},
 		granted:    map[int64]int64{},
 		returned:   map[int64]int64{},
+		carried:    map[int64]int64{},
 	}
 	switch {
 	case floorCfg == 0:
@@ -325,11 +359,13 @@ func newRelGlobalModel(t *rapid.T, ctx context.Context, store budget.Store, name
 		c := cfg
 		c.Rand = rand.New(rand.NewPCG(seed, uint64(i))).Float64
 		c.Now = func() time.Time { return m.now }
-		g, err := budget.NewGlobal(m.store, name, c)
+		es := &relEnvStore{Store: m.store, m: m, asked: map[int64]bool{}, pending: map[int64]int64{}}
+		g, err := budget.NewGlobal(es, name, c)
 		if err != nil {
 			t.Fatalf("NewGlobal(%+v): %v", c, err)
 		}
 		m.envs = append(m.envs, g)
+		m.envLog = append(m.envLog, es)
 		m.held = append(m.held, nil)
 	}
 	return m
@@ -349,11 +385,13 @@ func (m *relGlobalModel) actions() map[string]func(*rapid.T) {
 				m.envs[i].RecordRequest(m.now)
 			}
 			m.requests[m.window()] += int64(n)
+			m.envLog[i].pending[m.window()] += int64(n)
 			m.total += int64(n)
 		},
 		"acquire": func(t *rapid.T) {
 			i := env(t)
 			kind := rapid.SampledFrom([]budget.Kind{budget.Transient, budget.Throttling}).Draw(t, "kind")
+			m.envLog[i].asked[m.window()] = true
 			rel, err := m.envs[i].AcquireRetry(m.ctx, m.now, kind)
 			switch {
 			case err == nil:
@@ -394,7 +432,8 @@ func (m *relGlobalModel) actions() map[string]func(*rapid.T) {
 }
 
 // check asserts, for every window, the documented bound
-// G(w) <= Ratio × R(w) + Floor on grants not given back, with the
+// G(w) <= Ratio × (R(w) + C(w)) + Floor on grants not given back, C(w)
+// the requests of w-1 carried into w (counted by relEnvStore), with the
 // documented slack of one Deposit for every SDK retry that re-sent a write
 // already applied; that the allowance the store really received is never
 // more than the requests earned plus that slack; that no retry was granted
@@ -406,10 +445,11 @@ func (m *relGlobalModel) check(t *rapid.T) {
 	for w, g := range m.granted {
 		used := g - m.returned[w]
 		slack := m.store.dupSlack[w]
-		limit := float64(m.perRequest*m.requests[w]+slack)/float64(budget.AllowancePerRetry) + float64(m.floor)
+		earned := m.requests[w] + m.carried[w]
+		limit := float64(m.perRequest*earned+slack)/float64(budget.AllowancePerRetry) + float64(m.floor)
 		if float64(used) > limit+1e-9 {
-			t.Fatalf("window %d: %d retries granted and not given back, %d requests: above the bound Ratio × R + Floor + replayed deposits = %v × %d + %d + %.3f = %.3f",
-				w, used, m.requests[w], m.cfg.Ratio, m.requests[w], m.floor, float64(slack)/float64(budget.AllowancePerRetry), limit)
+			t.Fatalf("window %d: %d retries granted and not given back, %d requests, %d carried: above the bound Ratio × (R + C) + Floor + replayed deposits = %v × %d + %d + %.3f = %.3f",
+				w, used, m.requests[w], m.carried[w], m.cfg.Ratio, earned, m.floor, float64(slack)/float64(budget.AllowancePerRetry), limit)
 		}
 		// No grant the store did not give: every retry handed out came
 		// from a take whose success the Global was told of.
@@ -420,9 +460,9 @@ func (m *relGlobalModel) check(t *rapid.T) {
 	var deposited int64
 	for w, d := range m.store.deposits {
 		deposited += d
-		if limit := m.perRequest*m.requests[w] + m.store.dupSlack[w]; d > limit {
-			t.Fatalf("window %d: the store received deposits of %d for %d requests (at most %d, replayed deposits %d included): requests counted twice",
-				w, d, m.requests[w], limit, m.store.dupSlack[w])
+		if limit := m.perRequest*(m.requests[w]+m.carried[w]) + m.store.dupSlack[w]; d > limit {
+			t.Fatalf("window %d: the store received deposits of %d for %d requests and %d carried (at most %d, replayed deposits %d included): requests counted twice",
+				w, d, m.requests[w], m.carried[w], limit, m.store.dupSlack[w])
 		}
 		if take := m.store.takes[w]; take > d+m.floor*budget.AllowancePerRetry {
 			t.Fatalf("window %d: %d taken from the store, above deposits %d + floor", w, take, d)

@@ -64,8 +64,10 @@ type Config struct {
 	// Budgets are asked, in order, before every retry; all must grant
 	// (budget.AcquireAll). Put the in-memory local budget first and the
 	// fleet-wide one after it, so that a local refusal costs no store call.
-	// A layer that cannot reach its store abstains and is reported to
-	// OnStoreError. No budgets: retries are limited by MaxAttempts only.
+	// A layer that cannot reach its store is reported to OnStoreError and
+	// abstains or refuses, as it chooses (budget.Global refuses unless
+	// configured with FailOpen). No budgets: retries are limited by
+	// MaxAttempts only.
 	Budgets []budget.Budget
 
 	// Breaker, if not nil, gates every attempt (the first and each retry)
@@ -96,7 +98,7 @@ type Config struct {
 	// error about to be returned.
 	OnBudgetExhausted func(*budget.ExhaustedError)
 	// OnStoreError is called when budget layer Budgets[layer] could not
-	// decide (its store failed) and abstained.
+	// reach its store (it then abstained, or refused if it fails closed).
 	OnStoreError func(layer int, err error)
 	// Logger, if not nil, logs budget exhaustion and store errors at Warn,
 	// give-ups after retrying at Info, and other give-ups at Debug.
@@ -357,9 +359,12 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 
 // loop is the retry loop, shared by every entry point: breaker gate →
 // attempt → classification → breaker outcome (decided by the verdict) →
-// attempts left? → delay and deadline check → budgets → wait → next
-// attempt. It is not generic, so
-// that Executor.Do calls op directly; run wraps it for values.
+// attempts left? → delay and deadline check → breaker gate for the next
+// attempt → budgets → wait → next attempt. The gate comes before the
+// budgets so that a retry the breaker rejects is never charged to them; a
+// budget refusal after the gate admitted hands the permit back (Excluded).
+// It is not generic, so that Executor.Do calls op directly; run wraps it
+// for values.
 func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, int) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -375,7 +380,6 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		release  budget.Release // grant of the retry in progress, if any
 		cancel   context.CancelFunc
 		inFlight bool // op is running: if it panics, settle permit and grant
-		lastErr  error
 	)
 	defer func() {
 		if inFlight { // op panicked; account for it and let the panic go on
@@ -390,14 +394,13 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 	}()
 
 	for attempt := 1; ; attempt++ {
-		if e.breaker != nil {
-			var err error
-			if permit, err = e.breaker.Allow(ctx, now); err != nil {
-				release.Done(budget.RetryNotUsed)
-				return e.rejected(ctx, attempt-1, lastErr, err)
-			}
-		}
 		if attempt == 1 {
+			if e.breaker != nil {
+				var err error
+				if permit, err = e.breaker.Allow(ctx, now); err != nil {
+					return e.rejected(ctx, 0, nil, err)
+				}
+			}
 			for _, b := range e.budgets {
 				b.RecordRequest(now)
 			}
@@ -438,7 +441,6 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		}
 		release.Done(budget.RetryFailed)
 		release = nil
-		lastErr = err
 
 		if !verdict.Retryable() {
 			return e.giveUp(ctx, attempt, NotRetryable, err, nil)
@@ -453,8 +455,15 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		if !ok {
 			return e.giveUp(ctx, attempt, reason, err, nil)
 		}
+		if e.breaker != nil {
+			var oerr error
+			if permit, oerr = e.breaker.Allow(ctx, now); oerr != nil {
+				return e.rejected(ctx, attempt, err, oerr)
+			}
+		}
 		rel, gerr := e.grant(ctx, now, RetryEvent{Attempt: attempt, Delay: delay, RetryAfter: hint, Err: err, Kind: kind})
 		if gerr != nil {
+			e.excluded(ctx, now, permit)
 			return gerr
 		}
 		release = rel
@@ -463,9 +472,17 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		}
 		if serr := e.clock.Sleep(ctx, delay); serr != nil {
 			release.Done(budget.RetryNotUsed)
+			e.excluded(ctx, e.clock.Now(), permit)
 			return e.giveUp(ctx, attempt, ContextDone, err, serr)
 		}
 		now = e.now()
+	}
+}
+
+// excluded hands back a breaker permit whose attempt will not run.
+func (e *Executor) excluded(ctx context.Context, now time.Time, p breaker.Permit) {
+	if e.breaker != nil {
+		e.breaker.Done(ctx, now, p, breaker.Excluded)
 	}
 }
 

@@ -626,8 +626,9 @@ func TestHealthyInvocationsWriteNothing(t *testing.T) {
 
 func TestFlushReportsPendingRequests(t *testing.T) {
 	// Once this environment has used the fleet-wide budget in a window, its
-	// later requests are deposited by the flush at the end of each
-	// invocation, so that allowance they earn is not lost when the
+	// later requests are deposited by the flush at the end of an
+	// invocation, at most once per contact interval (2.5 s ± 50% with a
+	// 10 s window), so that allowance they earn is not lost when the
 	// environment is frozen.
 	p := newPartner(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
 		if attempt == 1 && strings.Contains(r.URL.Path, "fails-once") {
@@ -650,8 +651,15 @@ func TestFlushReportsPendingRequests(t *testing.T) {
 	if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusOK {
 		t.Fatalf("got %d", resp.StatusCode)
 	}
+	if w := f.budgets.Stats().Writes; w != 1 {
+		t.Errorf("%d budget writes after a healthy invocation right after, want 1 (the next contact is not due)", w)
+	}
+	clock.Sleep(context.Background(), 3750*time.Millisecond) // the latest the next contact can be; still the same window
+	if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %d", resp.StatusCode)
+	}
 	if w := f.budgets.Stats().Writes; w != 2 {
-		t.Errorf("%d budget writes after a healthy invocation in the same window, want 2 (its request flushed)", w)
+		t.Errorf("%d budget writes after a healthy invocation at the next contact, want 2 (its requests flushed)", w)
 	}
 }
 

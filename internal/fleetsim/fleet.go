@@ -370,6 +370,7 @@ func (f *fleet) result() *Result {
 	for i, w := range rec.windows {
 		if rec.hasGlobal {
 			w.Bound = rec.perRequest*float64(w.Global.Requests) + rec.floor
+			w.CarryBound = rec.perRequest*float64(w.Global.Requests+w.Global.Carried) + rec.floor
 		}
 		w.Healthy = w.FailedAttempts == 0 && f.cfg.Partner.healthyDuring(w.Start, w.Start+f.cfg.Window)
 		r.Windows[i] = w

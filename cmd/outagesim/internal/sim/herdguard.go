@@ -216,7 +216,7 @@ func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy,
 		Floor:        c.GlobalFloor,
 		Shards:       c.GlobalShards,
 		LeaseSize:    c.LeaseSize,
-		FailClosed:   c.FailClosed,
+		FailOpen:     !c.FailClosed, // the simulator keeps its -fail-closed flag and fail-open default
 		StoreTimeout: c.StoreTimeout,
 		Now:          d.Clock.Now, // Flush reads it: simulated time
 	}

@@ -161,10 +161,14 @@ func TestFlushEachCall(t *testing.T) {
 	writes := func(flush bool) int64 {
 		e := buildStrategy(t, "global", nil)
 		c := e.envFlushing(flush)
-		call(t, c, 503, 200) // asks the global budget: one write
+		call(t, c, 503, 200) // asks the global budget: one write; the environment is engaged
 		for range 10 {       // 10 requests at 10%: one retry's worth
 			call(t, c, 200)
 		}
+		// Past the environment's next contact (DepositInterval, 2.5 s ±
+		// 50%), a Flush deposits what the requests earned.
+		e.clock.Advance(4 * time.Second)
+		call(t, c, 200)
 		u, _ := e.st.StoreUsage()
 		return u.Writes
 	}
