@@ -38,6 +38,9 @@ type Store interface {
 	//   - and in every case but a conflict, a non-zero r.WatchUntil is
 	//     stored as the fleet's WatchUntil.
 	//
+	// A report whose four counts are all zero (an alarm, or a report that
+	// only extends the watch) leaves the buckets alone.
+	//
 	// A breaker that was never written is created, closed at epoch 0.
 	// r.Expires is when the store may delete the state item if nothing is
 	// written again (TTL); it must be at least as late as the stored one.

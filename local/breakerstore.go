@@ -44,15 +44,9 @@ type breakerEntry struct {
 	reopens       int
 	override      breaker.Override
 	overrideUntil time.Time
-	windows       map[int64]*fleetWindow // by window start, Unix milliseconds
-	probes        []probeSlot            // slot i at index i; grows on demand
-}
-
-type fleetWindow struct {
-	successes int64
-	failures  int64
-	envs      map[string]struct{}
-	expires   time.Time
+	watchUntil    time.Time
+	buckets       [breaker.FleetSlots]breaker.Bucket
+	probes        []probeSlot // slot i at index i; grows on demand
 }
 
 type probeSlot struct {
@@ -120,6 +114,8 @@ func (e *breakerEntry) snapshot() breaker.Snapshot {
 		Reopens:       e.reopens,
 		Override:      e.override,
 		OverrideUntil: e.overrideUntil,
+		WatchUntil:    e.watchUntil,
+		Buckets:       e.buckets,
 	}
 }
 
@@ -135,39 +131,56 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	return s.breakers[name].snapshot(), nil
 }
 
-// Report implements breaker.Store. env must not be empty and the counts
-// must not be negative.
-func (s *BreakerStore) Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (breaker.Tally, error) {
+// Report implements breaker.Store. The answer carries no override (as
+// the contract allows), like the DynamoDB store's.
+func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report) (breaker.Snapshot, error) {
 	s.writes.Add(1)
 	switch {
-	case env == "":
-		return breaker.Tally{}, invalid(OpReport, name, "env is empty")
-	case successes < 0:
-		return breaker.Tally{}, invalid(OpReport, name, "successes is %d; it must not be negative", successes)
-	case failures < 0:
-		return breaker.Tally{}, invalid(OpReport, name, "failures is %d; it must not be negative", failures)
+	case r.Bucket < 1:
+		return breaker.Snapshot{}, invalid(OpReport, name, "bucket is %d; it must be at least 1", r.Bucket)
+	case r.Requests < 0 || r.Successes < 0 || r.Failures < 0 || r.Samples < 0:
+		return breaker.Snapshot{}, invalid(OpReport, name, "counts %d/%d/%d/%d must not be negative", r.Requests, r.Successes, r.Failures, r.Samples)
 	}
 	if err := s.begin(ctx, OpReport, name); err != nil {
-		return breaker.Tally{}, err
+		return breaker.Snapshot{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sweepLocked()
-	e := s.entryLocked(name, true)
-	if e.windows == nil {
-		e.windows = make(map[int64]*fleetWindow)
+	e := s.entryLocked(name, false)
+	var cur uint64
+	if e != nil {
+		cur = e.epoch
 	}
-	key := window.UnixMilli()
-	w := e.windows[key]
-	if w == nil {
-		w = &fleetWindow{envs: make(map[string]struct{})}
-		e.windows[key] = w
+	if cur != r.Epoch {
+		return e.reportAnswer(), fmt.Errorf("local: breaker store %s %q: %w: stored epoch is %d, not %d", OpReport, name, breaker.ErrConflict, cur, r.Epoch)
 	}
-	w.successes += successes
-	w.failures += failures
-	w.envs[env] = struct{}{}
-	w.expires = toMilli(expires)
-	return breaker.Tally{Successes: w.successes, Failures: w.failures, Reporters: len(w.envs)}, nil
+	if e == nil {
+		e = s.entryLocked(name, true)
+	}
+	b := &e.buckets[r.Bucket%breaker.FleetSlots]
+	switch {
+	case r.Requests == 0 && r.Successes == 0 && r.Failures == 0 && r.Samples == 0:
+		// Only the watch.
+	case b.Num == r.Bucket:
+		b.Requests += r.Requests
+		b.Successes += r.Successes
+		b.Failures += r.Failures
+		b.Samples += r.Samples
+	case b.Num < r.Bucket:
+		*b = breaker.Bucket{Num: r.Bucket, Requests: r.Requests, Successes: r.Successes, Failures: r.Failures, Samples: r.Samples}
+	}
+	if !r.WatchUntil.IsZero() {
+		e.watchUntil = toMilli(r.WatchUntil)
+	}
+	return e.reportAnswer(), nil
+}
+
+// reportAnswer is the snapshot Report answers: the state without the
+// override.
+func (e *breakerEntry) reportAnswer() breaker.Snapshot {
+	snap := e.snapshot()
+	snap.Override, snap.OverrideUntil = breaker.NoOverride, time.Time{}
+	return snap
 }
 
 // Transition implements breaker.Store: it compares prevEpoch with the
@@ -204,6 +217,7 @@ func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch ui
 	e.epoch = next.Epoch
 	e.openUntil = toMilli(next.OpenUntil)
 	e.reopens = next.Reopens
+	e.buckets = [breaker.FleetSlots]breaker.Bucket{}
 	return e.snapshot(), nil
 }
 
@@ -260,20 +274,4 @@ func (s *BreakerStore) SetOverride(ctx context.Context, name string, o breaker.O
 		e.overrideUntil = time.Time{}
 	}
 	return nil
-}
-
-// sweepLocked drops expired fleet windows, at most once per sweepEvery.
-// s.mu must be held.
-func (s *BreakerStore) sweepLocked() {
-	now := s.opts.now()
-	if !s.sweep.due(now) {
-		return
-	}
-	for _, e := range s.breakers {
-		for k, w := range e.windows {
-			if expired(w.expires, now) {
-				delete(e.windows, k)
-			}
-		}
-	}
 }

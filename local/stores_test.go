@@ -123,7 +123,7 @@ func TestBreakerStoreFaultsAreStoreErrors(t *testing.T) {
 	calls := map[string]func() error{
 		local.OpLoad: func() error { _, err := s.Load(ctx, "p"); return err },
 		local.OpReport: func() error {
-			_, err := s.Report(ctx, "p", t0, "env", 0, 1, t0.Add(time.Minute))
+			_, err := s.Report(ctx, "p", breaker.Report{Bucket: t0.Unix(), Requests: 1, Failures: 1, Samples: 1})
 			return err
 		},
 		local.OpTransition: func() error {
@@ -145,8 +145,8 @@ func TestBreakerStoreFaultsAreStoreErrors(t *testing.T) {
 	if snap, err := s.Load(ctx, "p"); err != nil || snap != (breaker.Snapshot{}) {
 		t.Fatalf("after faulted writes: %+v, %v; want the zero Snapshot", snap, err)
 	}
-	if tally, err := s.Report(ctx, "p", t0, "env", 0, 0, t0.Add(time.Minute)); err != nil || tally != (breaker.Tally{Reporters: 1}) {
-		t.Fatalf("after a faulted Report: %+v, %v", tally, err)
+	if snap, err := s.Report(ctx, "p", breaker.Report{Bucket: t0.Unix()}); err != nil || snap.Buckets[t0.Unix()%breaker.FleetSlots] != (breaker.Bucket{Num: t0.Unix()}) {
+		t.Fatalf("after a faulted Report: %+v, %v", snap, err)
 	}
 	if s.Reads() != 2 || s.Writes() != 5 {
 		t.Fatalf("Reads, Writes = %d, %d; want 2, 5", s.Reads(), s.Writes())
@@ -231,30 +231,14 @@ func TestStoresDropExpiredItems(t *testing.T) {
 	if got, err := bs.Apply(ctx, budget.Key{Name: "p", Shard: 0, Window: t0}, budget.Update{Floor: 9}); err != nil || got != 9 {
 		t.Fatalf("Apply to an expired item = %d, %v; want the floor 9", got, err)
 	}
-
-	cs := local.NewBreakerStoreWithOptions(local.StoreOptions{Now: clock})
-	now = t0
-	if _, err := cs.Report(ctx, "p", t0, "env", 0, 4, t0.Add(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.Report(ctx, "p", t0.Add(10*time.Second), "env", 0, 2, t0.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	now = t0.Add(30 * time.Minute)
-	if tally, err := cs.Report(ctx, "p", t0.Add(10*time.Second), "env2", 0, 1, t0.Add(time.Hour)); err != nil || tally != (breaker.Tally{Failures: 3, Reporters: 2}) {
-		t.Fatalf("Report to a live window = %+v, %v", tally, err)
-	}
-	if tally, err := cs.Report(ctx, "p", t0, "env", 0, 1, t0.Add(time.Hour)); err != nil || tally != (breaker.Tally{Failures: 1, Reporters: 1}) {
-		t.Fatalf("Report to an expired window = %+v, %v; want a fresh window", tally, err)
-	}
 }
 
 func TestBreakerStoreRejectsBadArguments(t *testing.T) {
 	s := local.NewBreakerStore()
 	ctx := context.Background()
-	_, errEnv := s.Report(ctx, "p", t0, "", 1, 0, time.Time{})
-	_, errSucc := s.Report(ctx, "p", t0, "env", -1, 0, time.Time{})
-	_, errFail := s.Report(ctx, "p", t0, "env", 0, -1, time.Time{})
+	_, errBucket := s.Report(ctx, "p", breaker.Report{Bucket: 0})
+	_, errSucc := s.Report(ctx, "p", breaker.Report{Bucket: 1, Successes: -1})
+	_, errFail := s.Report(ctx, "p", breaker.Report{Bucket: 1, Failures: -1})
 	_, errEpoch := s.Transition(ctx, "p", 0, breaker.Snapshot{State: breaker.Open, Epoch: 2})
 	_, errWrap := s.Transition(ctx, "p", math.MaxUint64, breaker.Snapshot{State: breaker.Open, Epoch: 0})
 	_, errState := s.Transition(ctx, "p", 0, breaker.Snapshot{State: breaker.State(7), Epoch: 1})
@@ -263,7 +247,7 @@ func TestBreakerStoreRejectsBadArguments(t *testing.T) {
 	_, errLease := s.AcquireProbe(ctx, "p", 1, 1, t0, t0)
 	errOverride := s.SetOverride(ctx, "p", breaker.Override(9), time.Time{})
 	for what, err := range map[string]error{
-		"env is empty": errEnv, "successes is -1": errSucc, "failures is -1": errFail,
+		"bucket is 0": errBucket, "must not be negative": errSucc, "0/0/-1/0": errFail,
 		"next.Epoch is 2": errEpoch, "next.Epoch is 0": errWrap, "next.State": errState, "next.Reopens": errReopens,
 		"limit is -1": errLimit, "leaseUntil": errLease, "override is": errOverride,
 	} {

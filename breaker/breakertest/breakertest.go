@@ -406,6 +406,10 @@ func (s *suite) reportAccumulates(t *testing.T) {
 	mustReport(t, st, name, breaker.Report{Bucket: n + 1, Requests: 1, Successes: 1, Samples: 1}, want)
 	want.WatchUntil = watch.Add(time.Second)
 	mustReport(t, st, name, breaker.Report{Bucket: n + 1, WatchUntil: watch.Add(time.Second)}, want)
+	// A report with no counts (an alarm) leaves the buckets alone, even
+	// one that would replace a slot.
+	want.WatchUntil = watch.Add(2 * time.Second)
+	mustReport(t, st, name, breaker.Report{Bucket: n + breaker.FleetSlots, WatchUntil: watch.Add(2 * time.Second)}, want)
 	// Reports do not touch the state, and Load answers the same.
 	mustLoad(t, st, name, want)
 }
