@@ -53,7 +53,7 @@ func TestSpec(t *testing.T) {
 	if attrPK != s.PartitionKey || attrExpires != s.TTLAttribute {
 		t.Errorf("attribute constants %q, %q disagree with Spec", attrPK, attrExpires)
 	}
-	for _, k := range []string{stateKey("x"), overrideKey("x"), windowKey("x", 0), probeKey("x", 0)} {
+	for _, k := range []string{stateKey("x"), overrideKey("x"), probeKey("x", 0)} {
 		if !strings.HasPrefix(k, "c#x") {
 			t.Errorf("key %q", k)
 		}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 )
 
@@ -22,15 +23,14 @@ const (
 	attrEpoch     = "epoch"      // N: transition counter (also on probe slots)
 	attrOpenUntil = "open_until" // N: Unix ms; absent when zero
 	attrReopens   = "reopens"    // N: consecutive openings
+	// attrWatchUntil is when the fleet stops counting (Unix ms; absent
+	// when it never counted). The fleet's buckets are in the slot
+	// attributes of the state item too: see slotAttrs.
+	attrWatchUntil = "watch_until"
 
 	// breaker override
 	attrOverride = "override" // S: "none", "force-open", "force-closed" or "disabled"
 	attrUntil    = "until"    // N: Unix ms; absent when the override does not lapse
-
-	// breaker fleet window
-	attrSuccesses = "successes" // N
-	attrFailures  = "failures"  // N
-	attrEnvs      = "envs"      // SS: environments that reported into the window
 
 	// half-open probe slot
 	attrLeaseUntil = "lease_until" // N: Unix ms
@@ -44,7 +44,6 @@ const (
 	budgetPrefix   = "b" + sep
 	breakerPrefix  = "c" + sep
 	overrideSuffix = sep + "override"
-	windowInfix    = sep + "w" + sep
 	probeInfix     = sep + "p" + sep
 )
 
@@ -52,8 +51,8 @@ const (
 // dynamodb:LeadingKeys (the partition key of the items a request touches)
 // that matches the key "c#<name>#override" of every breaker's override
 // item and no other key the stores write: names cannot contain '#', so a
-// state key "c#<name>" never ends in "#override", and window and probe keys
-// end in digits. A deployment denies its functions writes to these items
+// state key "c#<name>" never ends in "#override", and probe keys end in
+// digits. A deployment denies its functions writes to these items
 // with
 //
 //	"Effect": "Deny",
@@ -78,16 +77,39 @@ const (
 	// allowance an item may hold: 2^53 retries in one window is far beyond
 	// any real budget, so a larger stored value is reported as malformed
 	// rather than granted from.
-	MaxAmount = 1 << 53
-	// MaxEnvLen bounds the environment identifier passed to
-	// BreakerStore.Report. Each reporter adds its identifier to the window
-	// item, which DynamoDB limits to 400 KB.
-	MaxEnvLen = 256
-
+	MaxAmount    = 1 << 53
 	maxEpoch     = 1 << 53         // a transition a second for 285 million years
 	maxReopens   = 1<<31 - 1       // fits any int
 	maxUnixMilli = 253402300799999 // 9999-12-31T23:59:59.999Z
+	// maxBucket bounds a fleet bucket's number: Unix milliseconds divided
+	// by a bucket width of at least one millisecond.
+	maxBucket = maxUnixMilli
+	// maxCount bounds a bucket's stored counts: Reports add at most
+	// MaxAmount each, so only a hand-edited item gets near it.
+	maxCount = 1<<63 - 1
 )
+
+// slotNames are the attribute names of one slot of fleet counts in the
+// breaker state item: slot i holds bucket b<i> (N, the bucket number; the
+// slot is empty without it) and its counts r<i>, s<i>, f<i>, n<i> (N:
+// requests, successes, failures, samples; see breaker.Bucket).
+type slotNames struct {
+	bucket, requests, successes, failures, samples string
+}
+
+// slotAttrs are the names of every slot, slot i at index i.
+var slotAttrs = func() (a [breaker.FleetSlots]slotNames) {
+	for i := range a {
+		n := strconv.Itoa(i)
+		a[i] = slotNames{bucket: "b" + n, requests: "r" + n, successes: "s" + n, failures: "f" + n, samples: "n" + n}
+	}
+	return a
+}()
+
+// all returns the slot's attribute names, bucket first.
+func (n slotNames) all() [5]string {
+	return [5]string{n.bucket, n.requests, n.successes, n.failures, n.samples}
+}
 
 // budgetKey returns "b#<name>#<shard>#<windowStartUnixMilli>".
 func budgetKey(k budget.Key) (string, error) {
@@ -109,12 +131,6 @@ func stateKey(name string) string { return breakerPrefix + name }
 
 // overrideKey returns "c#<name>#override"; name must be valid.
 func overrideKey(name string) string { return breakerPrefix + name + overrideSuffix }
-
-// windowKey returns "c#<name>#w#<windowStartUnixMilli>"; name must be valid
-// and ms in range.
-func windowKey(name string, ms int64) string {
-	return breakerPrefix + name + windowInfix + strconv.FormatInt(ms, 10)
-}
 
 // probeKey returns "c#<name>#p#<slot>"; name must be valid.
 func probeKey(name string, slot int) string {

@@ -72,7 +72,6 @@ func TestKeysNeverCollide(t *testing.T) {
 		add(stateKey(n), "state "+n)
 		add(overrideKey(n), "override "+n)
 		for _, w := range windows {
-			add(windowKey(n, w), "window "+n)
 			for shard := range 3 {
 				k, err := budgetKey(budget.Key{Name: n, Shard: shard, Window: time.UnixMilli(w)})
 				if err != nil {
@@ -168,7 +167,7 @@ func TestOverrideKeyPattern(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{stateKey(name), windowKey(name, ms), probeKey(name, rapid.IntRange(0, MaxProbeSlots-1).Draw(t, "slot")), bk} {
+		for _, k := range []string{stateKey(name), probeKey(name, rapid.IntRange(0, MaxProbeSlots-1).Draw(t, "slot")), bk} {
 			if stringLike(OverrideKeyPattern, k) {
 				t.Fatalf("pattern %q matches %q, which is not an override item", OverrideKeyPattern, k)
 			}
@@ -183,11 +182,25 @@ func TestBreakerKeys(t *testing.T) {
 	if got := overrideKey("payments"); got != "c#payments#override" {
 		t.Errorf("overrideKey = %q", got)
 	}
-	if got := windowKey("payments", 1_700_000_000_000); got != "c#payments#w#1700000000000" {
-		t.Errorf("windowKey = %q", got)
-	}
 	if got := probeKey("payments", 2); got != "c#payments#p#2" {
 		t.Errorf("probeKey = %q", got)
+	}
+	if got := slotAttrs[3]; got != (slotNames{bucket: "b3", requests: "r3", successes: "s3", failures: "f3", samples: "n3"}) {
+		t.Errorf("slotAttrs[3] = %+v", got)
+	}
+	// The slots' attribute names are distinct, and distinct from the
+	// state item's other attributes.
+	seen := map[string]bool{}
+	for _, a := range []string{attrPK, attrExpires, attrState, attrEpoch, attrOpenUntil, attrReopens, attrWatchUntil} {
+		seen[a] = true
+	}
+	for _, n := range slotAttrs {
+		for _, a := range n.all() {
+			if seen[a] {
+				t.Errorf("attribute name %q used twice in the state item", a)
+			}
+			seen[a] = true
+		}
 	}
 }
 

@@ -10,9 +10,9 @@ import (
 
 // Stats are a store's cumulative DynamoDB request counts. Each count is of
 // requests the store made (an SDK retry inside one request is not counted
-// again). Items are small (under 1 KB, except a fleet window with thousands
-// of reporters), so on an on-demand table a write costs one write request
-// unit, refused or not, and a read of one item half a read request unit.
+// again). Every item the stores write is under 1 KB, so on an on-demand
+// table a write costs one write request unit, refused or not, and a read
+// of one item half a read request unit.
 type Stats struct {
 	// Reads counts read requests: GetItem, and BatchGetItem of a breaker's
 	// two items (which costs as much as two GetItems but takes one round
