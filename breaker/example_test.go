@@ -109,7 +109,8 @@ func Example_fleet() {
 		// that the fleet does not move to half-open in lockstep.
 		fmt.Println("env-c:", oe.State, "for", oe.RetryAfter.Truncate(time.Second), "more")
 	}
-	fmt.Printf("store: %d reads, %d writes\n", store.Reads(), store.Writes())
+	st := store.Stats()
+	fmt.Printf("store: %d reads, %d writes\n", st.Reads, st.Writes)
 	// Output:
 	// after env-a alone: closed
 	// after env-b too:   open

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,12 +15,9 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/slothint"
 )
-
-// Items that only serve a lapsed lease or override are kept this long past
-// it before TTL removes them; it is only clean-up (probe slot items are
-// reused by later epochs anyway).
-const cleanupGrace = 24 * time.Hour
 
 // BreakerStoreConfig holds a BreakerStore's optional settings. The zero
 // value is ready to use.
@@ -60,10 +55,9 @@ type BreakerStore struct {
 	table    string
 	cfg      BreakerStoreConfig
 	counters counters
-	// hints maps a breaker's name to its *slotHint: what this store last
-	// saw of its slots, to pick Report's first form. Never held across
-	// I/O (it holds no lock at all).
-	hints sync.Map
+	// hints is what this store last saw of each breaker's slots, to
+	// guess Report's first form. It holds no lock.
+	hints slothint.Hints
 }
 
 var _ breaker.Store = (*BreakerStore)(nil)
@@ -113,23 +107,24 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	if err := ctx.Err(); err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, err)
 	}
-	sk, ovk := stateKey(name), overrideKey(name)
+	sk, ovk := layout.StateKey(name), layout.OverrideKey(name)
 	done := s.counters.instrument(s.cfg.OnRequest, opRead, "BatchGetItem", sk)
 	out, err := answer(s.api.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{
 		RequestItems: map[string]types.KeysAndAttributes{
 			s.table: {Keys: []map[string]types.AttributeValue{keyAttr(sk), keyAttr(ovk)}, ConsistentRead: aws.Bool(false)},
 		},
 	}))
+	err = markThrottled(err)
 	done(err)
 	if err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem: %w", err))
 	}
 	if n := len(out.UnprocessedKeys[s.table].Keys); n > 0 {
-		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem left %d of 2 keys unprocessed (throttled)", n))
+		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem left %d of 2 keys unprocessed: %w", n, budget.ErrThrottled))
 	}
 	var stateAttrs, overrideAttrs map[string]types.AttributeValue
 	for _, attrs := range out.Responses[s.table] {
-		switch pk, _, _ := (item{attrs: attrs}).str(attrPK); pk {
+		switch pk, _, _ := (item{attrs: attrs}).str(layout.AttrPK); pk {
 		case sk:
 			stateAttrs = attrs
 		case ovk:
@@ -142,7 +137,7 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	if err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, err)
 	}
-	s.hint(name).learn(snap)
+	s.hints.For(name).Learn(&snap.Buckets)
 	if snap.Override, snap.OverrideUntil, err = decodeOverride(ovk, overrideAttrs); err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, err)
 	}
@@ -190,8 +185,8 @@ func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report
 		return breaker.Snapshot{}, s.fail("Report", name, err)
 	}
 	slot := int(r.Bucket % breaker.FleetSlots)
-	h := s.hint(name)
-	form, newBucket := h.predict(slot, r)
+	h := s.hints.For(name)
+	form, newBucket := h.Predict(r)
 	for writes := 1; ; writes++ {
 		if err := ctx.Err(); err != nil {
 			return breaker.Snapshot{}, s.fail("Report", name, err)
@@ -206,16 +201,16 @@ func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report
 		}
 		if err == nil {
 			if newBucket {
-				h.noteStart(form)
+				h.NoteStart(form)
 			}
 			return snap, nil
 		}
 		if snap.Epoch != r.Epoch {
 			return snap, fmt.Errorf("herdguard: dynamo: breaker %q: epoch is %d, not %d: %w", name, snap.Epoch, r.Epoch, breaker.ErrConflict)
 		}
-		next := formFor(snap.Buckets[slot].Num, r.Bucket)
+		next := slothint.FormFor(snap.Buckets[slot].Num, r.Bucket)
 		if newBucket {
-			h.noteStart(next)
+			h.NoteStart(next)
 		}
 		switch {
 		case next == form:
@@ -223,94 +218,13 @@ func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report
 			// only a value DynamoDB and the decoder read differently can
 			// do that.
 			return breaker.Snapshot{}, s.fail("Report", name, fmt.Errorf("UpdateItem refused the %s form although the item calls for it: %w", form, err))
-		case next == reportLate && r.WatchUntil.IsZero():
+		case next == slothint.Late && r.WatchUntil.IsZero():
 			// A late report with no watch to extend: nothing to write.
 			return snap, nil
 		case writes == 2:
 			return breaker.Snapshot{}, s.fail("Report", name, fmt.Errorf("slot %d moved twice during the report (now bucket %d, reported %d): %w", slot, snap.Buckets[slot].Num, r.Bucket, err))
 		}
 		form = next
-	}
-}
-
-// slotHint is what a store last saw of one breaker's slots of fleet
-// counts. It is a guess, never trusted: a wrong one costs Report one
-// refused write, no wrong answer.
-type slotHint struct {
-	// held is the bucket number each slot held in the last snapshot
-	// decoded (0: empty).
-	held [breaker.FleetSlots]atomic.Int64
-	// othersStart: the last time a report of a bucket newer than the
-	// slot's known one was written, another environment had already
-	// started the bucket. Then the add form is tried first for such a
-	// report; otherwise reset.
-	othersStart atomic.Bool
-}
-
-// hint returns name's slotHint, creating it.
-func (s *BreakerStore) hint(name string) *slotHint {
-	if h, ok := s.hints.Load(name); ok {
-		return h.(*slotHint)
-	}
-	h, _ := s.hints.LoadOrStore(name, new(slotHint))
-	return h.(*slotHint)
-}
-
-// learn notes the slots of a snapshot decoded from an answer.
-func (h *slotHint) learn(snap breaker.Snapshot) {
-	for i := range h.held {
-		h.held[i].Store(snap.Buckets[i].Num)
-	}
-}
-
-// predict returns the form to try first for r in slot, and whether r's
-// bucket is newer than the one the slot was last seen holding.
-func (h *slotHint) predict(slot int, r breaker.Report) (f reportForm, newBucket bool) {
-	switch f := formFor(h.held[slot].Load(), r.Bucket); {
-	case f == reportLate && r.WatchUntil.IsZero():
-		// Nothing to write if the slot does hold a newer bucket; the
-		// reset form is refused then, and its refusal is the answer.
-		return reportReset, false
-	case f == reportReset && h.othersStart.Load():
-		return reportAdd, true
-	default:
-		return f, f == reportReset
-	}
-}
-
-// noteStart records how a report of a bucket newer than the slot's known
-// one found the slot: already started by another environment (add) or
-// not (reset).
-func (h *slotHint) noteStart(f reportForm) {
-	if f != reportLate {
-		h.othersStart.Store(f == reportAdd)
-	}
-}
-
-// reportForm is the shape of a Report's update, chosen by what the slot
-// holds.
-type reportForm uint8
-
-const (
-	reportAdd   reportForm = iota // the slot holds r.Bucket: add to it
-	reportReset                   // it holds an older bucket or none: replace it
-	reportLate                    // it holds a newer bucket: only the watch
-)
-
-func (f reportForm) String() string {
-	return [...]string{"add", "reset", "late"}[f]
-}
-
-// formFor returns the form a report of bucket reported needs when its slot
-// holds bucket held (0 when empty).
-func formFor(held, reported int64) reportForm {
-	switch {
-	case held == reported:
-		return reportAdd
-	case held < reported:
-		return reportReset
-	default:
-		return reportLate
 	}
 }
 
@@ -343,41 +257,41 @@ func validateReport(name string, r breaker.Report) error {
 
 // reportExpression builds the update and condition of a Report of r in
 // the form f; r must be valid.
-func reportExpression(r breaker.Report, f reportForm) (expression.Expression, error) {
-	n := slotAttrs[r.Bucket%breaker.FleetSlots]
-	b := expression.Name(n.bucket)
+func reportExpression(r breaker.Report, f slothint.Form) (expression.Expression, error) {
+	n := layout.Slots[r.Bucket%breaker.FleetSlots]
+	b := expression.Name(n.Bucket)
 	counts := [4]struct {
 		name string
 		v    int64
-	}{{n.requests, r.Requests}, {n.successes, r.Successes}, {n.failures, r.Failures}, {n.samples, r.Samples}}
+	}{{n.Requests, r.Requests}, {n.Successes, r.Successes}, {n.Failures, r.Failures}, {n.Samples, r.Samples}}
 	var (
 		update expression.UpdateBuilder
 		cond   expression.ConditionBuilder
 	)
 	switch f {
-	case reportAdd:
+	case slothint.Add:
 		var typed []expression.ConditionBuilder
 		for _, c := range counts {
 			update = update.Add(expression.Name(c.name), numberValue(c.v))
 			typed = append(typed, expression.Name(c.name).AttributeType(expression.Number))
 		}
 		cond = expression.And(b.Equal(numberValue(r.Bucket)), typed[0], typed[1:]...)
-	case reportReset:
+	case slothint.Reset:
 		update = update.Set(b, numberValue(r.Bucket))
 		for _, c := range counts {
 			update = update.Set(expression.Name(c.name), numberValue(c.v))
 		}
 		cond = expression.Or(b.AttributeNotExists(), b.LessThan(numberValue(r.Bucket)))
-	case reportLate:
+	case slothint.Late:
 		cond = b.GreaterThan(numberValue(r.Bucket))
 	}
 	if !r.WatchUntil.IsZero() {
-		update = update.Set(expression.Name(attrWatchUntil), numberValue(r.WatchUntil.UnixMilli()))
+		update = update.Set(expression.Name(layout.AttrWatchUntil), numberValue(r.WatchUntil.UnixMilli()))
 	}
-	if f == reportReset && r.Epoch == 0 {
+	if f == slothint.Reset && r.Epoch == 0 {
 		// The first report of a breaker never written creates its state
 		// item: closed at epoch 0, as Load reads a missing one.
-		st, ep := expression.Name(attrState), expression.Name(attrEpoch)
+		st, ep := expression.Name(layout.AttrState), expression.Name(layout.AttrEpoch)
 		update = update.
 			Set(st, expression.IfNotExists(st, stringValue(breaker.Closed.String()))).
 			Set(ep, expression.IfNotExists(ep, uintValue(0)))
@@ -392,7 +306,7 @@ func reportExpression(r breaker.Report, f reportForm) (expression.Expression, er
 // epochCondition holds when the stored epoch is epoch; a state item
 // without one has epoch 0.
 func epochCondition(epoch uint64) expression.ConditionBuilder {
-	e := expression.Name(attrEpoch)
+	e := expression.Name(layout.AttrEpoch)
 	cond := e.Equal(uintValue(epoch))
 	if epoch == 0 {
 		cond = expression.Or(e.AttributeNotExists(), cond)
@@ -461,9 +375,9 @@ func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch ui
 // method op and decodes the item answered: the item after the update,
 // or, when the condition failed, the item as it stood, with the refusal
 // in refused. fault is any other failure, wrapped for op's caller. The
-// slots decoded go to name's slotHint.
+// slots decoded go to name's hint.
 func (s *BreakerStore) writeState(ctx context.Context, op, name string, expr expression.Expression) (snap breaker.Snapshot, refused, fault error) {
-	key := stateKey(name)
+	key := layout.StateKey(name)
 	out, err := conditionalUpdate(ctx, s.api, s.table, &s.counters, s.cfg.OnRequest, key, expr)
 	var attrs map[string]types.AttributeValue
 	if err == nil {
@@ -476,7 +390,7 @@ func (s *BreakerStore) writeState(ctx context.Context, op, name string, expr exp
 	if snap, err = decodeState(key, attrs); err != nil {
 		return breaker.Snapshot{}, nil, s.fail(op, name, err)
 	}
-	s.hint(name).learn(snap)
+	s.hints.For(name).Learn(&snap.Buckets)
 	return snap, refused, nil
 }
 
@@ -497,20 +411,20 @@ func transitionExpression(name string, prevEpoch uint64, next breaker.Snapshot) 
 		return "", none, fmt.Errorf("next reopens %d must be in [0, %d]", next.Reopens, maxReopens)
 	}
 	update := expression.
-		Set(expression.Name(attrState), stringValue(next.State.String())).
-		Set(expression.Name(attrEpoch), uintValue(next.Epoch)).
-		Set(expression.Name(attrReopens), numberValue(int64(next.Reopens)))
+		Set(expression.Name(layout.AttrState), stringValue(next.State.String())).
+		Set(expression.Name(layout.AttrEpoch), uintValue(next.Epoch)).
+		Set(expression.Name(layout.AttrReopens), numberValue(int64(next.Reopens)))
 	if next.OpenUntil.IsZero() {
-		update = update.Remove(expression.Name(attrOpenUntil))
+		update = update.Remove(expression.Name(layout.AttrOpenUntil))
 	} else {
 		ms, err := unixMilli("next open-until", next.OpenUntil)
 		if err != nil {
 			return "", none, err
 		}
-		update = update.Set(expression.Name(attrOpenUntil), numberValue(ms))
+		update = update.Set(expression.Name(layout.AttrOpenUntil), numberValue(ms))
 	}
-	for _, n := range slotAttrs {
-		for _, a := range n.all() {
+	for _, n := range layout.Slots {
+		for _, a := range n.All() {
 			update = update.Remove(expression.Name(a))
 		}
 	}
@@ -518,13 +432,13 @@ func transitionExpression(name string, prevEpoch uint64, next breaker.Snapshot) 
 	if err != nil {
 		return "", none, fmt.Errorf("building the update expression: %w", err)
 	}
-	return stateKey(name), expr, nil
+	return layout.StateKey(name), expr, nil
 }
 
 // readOverride reads the override item with an eventually consistent
 // GetItem.
 func (s *BreakerStore) readOverride(ctx context.Context, name string) (breaker.Override, time.Time, error) {
-	key := overrideKey(name)
+	key := layout.OverrideKey(name)
 	if err := ctx.Err(); err != nil {
 		return breaker.NoOverride, time.Time{}, err
 	}
@@ -534,6 +448,7 @@ func (s *BreakerStore) readOverride(ctx context.Context, name string) (breaker.O
 		Key:            keyAttr(key),
 		ConsistentRead: aws.Bool(false),
 	}))
+	err = markThrottled(err)
 	done(err)
 	if err != nil {
 		return breaker.NoOverride, time.Time{}, fmt.Errorf("GetItem: %w", err)
@@ -570,7 +485,7 @@ func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint
 	}
 	for i := range limit {
 		slot := (start + i) % limit
-		key := probeKey(name, slot)
+		key := layout.ProbeKey(name, slot)
 		if err := ctx.Err(); err != nil {
 			return -1, s.fail("AcquireProbe", name, err)
 		}
@@ -583,6 +498,7 @@ func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint
 			ExpressionAttributeNames:  expr.Names(),
 			ExpressionAttributeValues: expr.Values(),
 		})
+		err = markThrottled(err)
 		done(err)
 		if err == nil {
 			return slot, nil
@@ -618,17 +534,17 @@ func probeExpression(name string, epoch uint64, limit int, now, leaseUntil time.
 	if leaseMs <= nowMs {
 		return none, fmt.Errorf("lease end %s is not after now %s", leaseUntil.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
 	}
-	exp, err := ttlSeconds("lease end", leaseUntil.Add(cleanupGrace))
+	exp, err := ttlSeconds("lease end", leaseUntil.Add(layout.CleanupGrace))
 	if err != nil {
 		return none, err
 	}
-	e, l := expression.Name(attrEpoch), expression.Name(attrLeaseUntil)
+	e, l := expression.Name(layout.AttrEpoch), expression.Name(layout.AttrLeaseUntil)
 	update := expression.
 		Set(e, uintValue(epoch)).
 		Set(l, numberValue(leaseMs)).
-		Set(expression.Name(attrExpires), numberValue(exp))
+		Set(expression.Name(layout.AttrExpires), numberValue(exp))
 	cond := expression.Or(
-		expression.Name(attrPK).AttributeNotExists(),
+		expression.Name(layout.AttrPK).AttributeNotExists(),
 		e.AttributeType(expression.Number).Not(),
 		e.NotEqual(uintValue(epoch)),
 		l.AttributeType(expression.Number).Not(),
@@ -675,6 +591,7 @@ func (s *BreakerStore) SetOverride(ctx context.Context, name string, o breaker.O
 		ExpressionAttributeNames:  expr.Names(),
 		ExpressionAttributeValues: expr.Values(),
 	})
+	err = markThrottled(err)
 	done(err)
 	if err != nil {
 		return s.fail("SetOverride", name, fmt.Errorf("UpdateItem: %w", err))
@@ -692,29 +609,29 @@ func overrideExpression(name string, o breaker.Override, until time.Time) (strin
 	if _, err := breaker.ParseOverride(o.String()); err != nil {
 		return "", none, err
 	}
-	update := expression.Set(expression.Name(attrOverride), stringValue(o.String()))
+	update := expression.Set(expression.Name(layout.AttrOverride), stringValue(o.String()))
 	if !until.IsZero() && o != breaker.NoOverride {
 		ms, err := unixMilli("override end", until)
 		if err != nil {
 			return "", none, err
 		}
-		exp, err := ttlSeconds("override end", until.Add(cleanupGrace))
+		exp, err := ttlSeconds("override end", until.Add(layout.CleanupGrace))
 		if err != nil {
 			return "", none, err
 		}
 		update = update.
-			Set(expression.Name(attrUntil), numberValue(ms)).
-			Set(expression.Name(attrExpires), numberValue(exp))
+			Set(expression.Name(layout.AttrUntil), numberValue(ms)).
+			Set(expression.Name(layout.AttrExpires), numberValue(exp))
 	} else {
 		update = update.
-			Remove(expression.Name(attrUntil)).
-			Remove(expression.Name(attrExpires))
+			Remove(expression.Name(layout.AttrUntil)).
+			Remove(expression.Name(layout.AttrExpires))
 	}
 	expr, err := expression.NewBuilder().WithUpdate(update).Build()
 	if err != nil {
 		return "", none, fmt.Errorf("building the update expression: %w", err)
 	}
-	return overrideKey(name), expr, nil
+	return layout.OverrideKey(name), expr, nil
 }
 
 // decodeState decodes a state item; nil attrs (no item) is the zero
@@ -725,33 +642,33 @@ func decodeState(key string, attrs map[string]types.AttributeValue) (breaker.Sna
 		return snap, nil
 	}
 	it := item{key: key, attrs: attrs}
-	st, ok, err := it.str(attrState)
+	st, ok, err := it.str(layout.AttrState)
 	switch {
 	case err != nil:
 		return snap, err
 	case !ok:
-		return snap, it.malformed(attrState, "is missing")
+		return snap, it.malformed(layout.AttrState, "is missing")
 	}
 	if snap.State, ok = parseState(st); !ok {
-		return snap, it.malformed(attrState, "is %q, want \"closed\", \"open\" or \"half-open\"", st)
+		return snap, it.malformed(layout.AttrState, "is %q, want \"closed\", \"open\" or \"half-open\"", st)
 	}
-	epoch, err := it.requiredInt64In(attrEpoch, 0, maxEpoch)
+	epoch, err := it.requiredInt64In(layout.AttrEpoch, 0, maxEpoch)
 	if err != nil {
 		return snap, err
 	}
 	snap.Epoch = uint64(epoch)
-	reopens, _, err := it.int64In(attrReopens, 0, maxReopens)
+	reopens, _, err := it.int64In(layout.AttrReopens, 0, maxReopens)
 	if err != nil {
 		return snap, err
 	}
 	snap.Reopens = int(reopens)
-	if snap.OpenUntil, err = it.unixMilli(attrOpenUntil); err != nil {
+	if snap.OpenUntil, err = it.unixMilli(layout.AttrOpenUntil); err != nil {
 		return snap, err
 	}
-	if snap.WatchUntil, err = it.unixMilli(attrWatchUntil); err != nil {
+	if snap.WatchUntil, err = it.unixMilli(layout.AttrWatchUntil); err != nil {
 		return snap, err
 	}
-	for i, n := range slotAttrs {
+	for i, n := range layout.Slots {
 		if snap.Buckets[i], err = it.bucket(i, n); err != nil {
 			return snap, err
 		}
@@ -761,19 +678,19 @@ func decodeState(key string, attrs map[string]types.AttributeValue) (breaker.Sna
 
 // bucket decodes slot i of a state item: empty without its bucket number,
 // otherwise the number (which must belong in slot i) and its four counts.
-func (it item) bucket(i int, n slotNames) (breaker.Bucket, error) {
-	num, ok, err := it.int64In(n.bucket, 1, maxBucket)
+func (it item) bucket(i int, n layout.SlotNames) (breaker.Bucket, error) {
+	num, ok, err := it.int64In(n.Bucket, 1, maxBucket)
 	if err != nil || !ok {
 		return breaker.Bucket{}, err
 	}
 	if num%breaker.FleetSlots != int64(i) {
-		return breaker.Bucket{}, it.malformed(n.bucket, "is bucket %d, which belongs in slot %d", num, num%breaker.FleetSlots)
+		return breaker.Bucket{}, it.malformed(n.Bucket, "is bucket %d, which belongs in slot %d", num, num%breaker.FleetSlots)
 	}
 	b := breaker.Bucket{Num: num}
 	for _, c := range []struct {
 		name string
 		v    *int64
-	}{{n.requests, &b.Requests}, {n.successes, &b.Successes}, {n.failures, &b.Failures}, {n.samples, &b.Samples}} {
+	}{{n.Requests, &b.Requests}, {n.Successes, &b.Successes}, {n.Failures, &b.Failures}, {n.Samples, &b.Samples}} {
 		if *c.v, err = it.requiredInt64In(c.name, 0, maxCount); err != nil {
 			return breaker.Bucket{}, err
 		}
@@ -788,18 +705,18 @@ func decodeOverride(key string, attrs map[string]types.AttributeValue) (breaker.
 		return breaker.NoOverride, time.Time{}, nil
 	}
 	it := item{key: key, attrs: attrs}
-	s, ok, err := it.str(attrOverride)
+	s, ok, err := it.str(layout.AttrOverride)
 	switch {
 	case err != nil:
 		return breaker.NoOverride, time.Time{}, err
 	case !ok:
-		return breaker.NoOverride, time.Time{}, it.malformed(attrOverride, "is missing")
+		return breaker.NoOverride, time.Time{}, it.malformed(layout.AttrOverride, "is missing")
 	}
 	o, perr := breaker.ParseOverride(s)
 	if perr != nil {
-		return breaker.NoOverride, time.Time{}, it.malformed(attrOverride, "is %q, want \"none\", \"force-open\", \"force-closed\" or \"disabled\"", s)
+		return breaker.NoOverride, time.Time{}, it.malformed(layout.AttrOverride, "is %q, want \"none\", \"force-open\", \"force-closed\" or \"disabled\"", s)
 	}
-	until, err := it.unixMilli(attrUntil)
+	until, err := it.unixMilli(layout.AttrUntil)
 	if err != nil {
 		return breaker.NoOverride, time.Time{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/capacity"
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // itemSize returns the size DynamoDB bills for an item of string and
@@ -42,20 +43,20 @@ func TestItemsUnderOneWriteUnit(t *testing.T) {
 	maxMs := nAV(strconv.FormatInt(maxUnixMilli, 10))
 
 	state := attrs{
-		attrPK:         sAV(stateKey(name)),
-		attrState:      sAV(breaker.HalfOpen.String()),
-		attrEpoch:      nAV(strconv.FormatInt(maxEpoch, 10)),
-		attrOpenUntil:  maxMs,
-		attrReopens:    nAV(strconv.FormatInt(maxReopens, 10)),
-		attrWatchUntil: maxMs,
+		layout.AttrPK:         sAV(layout.StateKey(name)),
+		layout.AttrState:      sAV(breaker.HalfOpen.String()),
+		layout.AttrEpoch:      nAV(strconv.FormatInt(maxEpoch, 10)),
+		layout.AttrOpenUntil:  maxMs,
+		layout.AttrReopens:    nAV(strconv.FormatInt(maxReopens, 10)),
+		layout.AttrWatchUntil: maxMs,
 	}
-	for i, n := range slotAttrs {
-		state[n.bucket] = nAV(strconv.FormatInt(maxBucket-maxBucket%breaker.FleetSlots-breaker.FleetSlots+int64(i), 10))
-		for _, c := range []string{n.requests, n.successes, n.failures, n.samples} {
+	for i, n := range layout.Slots {
+		state[n.Bucket] = nAV(strconv.FormatInt(maxBucket-maxBucket%breaker.FleetSlots-breaker.FleetSlots+int64(i), 10))
+		for _, c := range []string{n.Requests, n.Successes, n.Failures, n.Samples} {
 			state[c] = nAV(strconv.FormatInt(maxCount, 10))
 		}
 	}
-	snap, err := decodeState(stateKey(name), state)
+	snap, err := decodeState(layout.StateKey(name), state)
 	if err != nil {
 		t.Fatalf("the largest state item does not decode: %v", err)
 	}
@@ -66,28 +67,28 @@ func TestItemsUnderOneWriteUnit(t *testing.T) {
 	}
 
 	override := attrs{
-		attrPK:       sAV(overrideKey(name)),
-		attrOverride: sAV(breaker.ForcedClosed.String()),
-		attrUntil:    maxMs,
-		attrExpires:  nAV(strconv.FormatInt(maxUnixMilli/1000+1, 10)),
+		layout.AttrPK:       sAV(layout.OverrideKey(name)),
+		layout.AttrOverride: sAV(breaker.ForcedClosed.String()),
+		layout.AttrUntil:    maxMs,
+		layout.AttrExpires:  nAV(strconv.FormatInt(maxUnixMilli/1000+1, 10)),
 	}
-	if _, _, err := decodeOverride(overrideKey(name), override); err != nil {
+	if _, _, err := decodeOverride(layout.OverrideKey(name), override); err != nil {
 		t.Fatalf("the largest override item does not decode: %v", err)
 	}
 	probe := attrs{
-		attrPK:         sAV(probeKey(name, MaxProbeSlots-1)),
-		attrEpoch:      nAV(strconv.FormatInt(maxEpoch, 10)),
-		attrLeaseUntil: maxMs,
-		attrExpires:    nAV(strconv.FormatInt(maxUnixMilli/1000+1, 10)),
+		layout.AttrPK:         sAV(layout.ProbeKey(name, MaxProbeSlots-1)),
+		layout.AttrEpoch:      nAV(strconv.FormatInt(maxEpoch, 10)),
+		layout.AttrLeaseUntil: maxMs,
+		layout.AttrExpires:    nAV(strconv.FormatInt(maxUnixMilli/1000+1, 10)),
 	}
 	bk, err := budgetKey(budget.Key{Name: name, Shard: MaxShards - 1, Window: time.UnixMilli(maxUnixMilli)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	shard := attrs{
-		attrPK:        sAV(bk),
-		attrAllowance: nAV(strconv.FormatInt(MaxAmount, 10)),
-		attrExpires:   nAV(strconv.FormatInt(maxUnixMilli/1000+1, 10)),
+		layout.AttrPK:        sAV(bk),
+		layout.AttrAllowance: nAV(strconv.FormatInt(MaxAmount, 10)),
+		layout.AttrExpires:   nAV(strconv.FormatInt(maxUnixMilli/1000+1, 10)),
 	}
 	if _, err := allowanceOf(bk, shard, -1); err != nil {
 		t.Fatalf("the largest budget item does not decode: %v", err)

@@ -14,6 +14,9 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+
+	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/slothint"
 )
 
 var placeholder = regexp.MustCompile(`[#:][A-Za-z0-9_]+`)
@@ -147,25 +150,25 @@ func TestReportExpression(t *testing.T) {
 	rw.WatchUntil = watch
 	for _, c := range []struct {
 		r          breaker.Report
-		f          reportForm
+		f          slothint.Form
 		update     string
 		conditions string
 	}{
-		{r, reportAdd, "ADD r4 8, s4 2, f4 5, n4 7",
+		{r, slothint.Add, "ADD r4 8, s4 2, f4 5, n4 7",
 			`(epoch = 3) AND ((b4 = 1700000004) AND (attribute_type (r4, "N")) AND (attribute_type (s4, "N")) AND (attribute_type (f4, "N")) AND (attribute_type (n4, "N")))`},
-		{rw, reportAdd, "ADD r4 8, s4 2, f4 5, n4 7 SET watch_until = 1700000020001",
+		{rw, slothint.Add, "ADD r4 8, s4 2, f4 5, n4 7 SET watch_until = 1700000020001",
 			`(epoch = 3) AND ((b4 = 1700000004) AND (attribute_type (r4, "N")) AND (attribute_type (s4, "N")) AND (attribute_type (f4, "N")) AND (attribute_type (n4, "N")))`},
-		{r0, reportAdd, "ADD r4 8, s4 2, f4 5, n4 7",
+		{r0, slothint.Add, "ADD r4 8, s4 2, f4 5, n4 7",
 			`((attribute_not_exists (epoch)) OR (epoch = 0)) AND ((b4 = 1700000004) AND (attribute_type (r4, "N")) AND (attribute_type (s4, "N")) AND (attribute_type (f4, "N")) AND (attribute_type (n4, "N")))`},
-		{r, reportReset, "SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7",
+		{r, slothint.Reset, "SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7",
 			"(epoch = 3) AND ((attribute_not_exists (b4)) OR (b4 < 1700000004))"},
-		{rw, reportReset, "SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7, watch_until = 1700000020001",
+		{rw, slothint.Reset, "SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7, watch_until = 1700000020001",
 			"(epoch = 3) AND ((attribute_not_exists (b4)) OR (b4 < 1700000004))"},
 		// The first report of a breaker creates its state item, closed
 		// at epoch 0, unless a transition already made one.
-		{r0, reportReset, `SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7, state = if_not_exists(state, "closed"), epoch = if_not_exists(epoch, 0)`,
+		{r0, slothint.Reset, `SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7, state = if_not_exists(state, "closed"), epoch = if_not_exists(epoch, 0)`,
 			"((attribute_not_exists (epoch)) OR (epoch = 0)) AND ((attribute_not_exists (b4)) OR (b4 < 1700000004))"},
-		{rw, reportLate, "SET watch_until = 1700000020001",
+		{rw, slothint.Late, "SET watch_until = 1700000020001",
 			"(epoch = 3) AND (b4 > 1700000004)"},
 	} {
 		e, err := reportExpression(c.r, c.f)
@@ -178,7 +181,7 @@ func TestReportExpression(t *testing.T) {
 	}
 	// Slot i is bucket mod FleetSlots.
 	for n := int64(1); n <= 25; n++ {
-		e, err := reportExpression(breaker.Report{Bucket: n, Requests: 1}, reportReset)
+		e, err := reportExpression(breaker.Report{Bucket: n, Requests: 1}, slothint.Reset)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +259,7 @@ func TestTransitionExpression(t *testing.T) {
 		}
 		// The override and the watch are never written by a transition.
 		for _, n := range e.Names() {
-			if n == attrOverride || n == attrUntil || n == attrWatchUntil {
+			if n == layout.AttrOverride || n == layout.AttrUntil || n == layout.AttrWatchUntil {
 				t.Errorf("transition expression names %q", n)
 			}
 		}

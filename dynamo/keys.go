@@ -2,49 +2,10 @@ package dynamo
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
-)
-
-// Attribute names. Every item has attrPK; the others are per item kind, as
-// listed in the package documentation.
-const (
-	attrPK      = "pk"      // S: the item's key, see the key functions below
-	attrExpires = "expires" // N: TTL, seconds since the Unix epoch
-
-	// budget window shard
-	attrAllowance = "allowance" // N: retries left in the shard's window
-
-	// breaker state
-	attrState     = "state"      // S: "closed", "open" or "half-open"
-	attrEpoch     = "epoch"      // N: transition counter (also on probe slots)
-	attrOpenUntil = "open_until" // N: Unix ms; absent when zero
-	attrReopens   = "reopens"    // N: consecutive openings
-	// attrWatchUntil is when the fleet stops counting (Unix ms; absent
-	// when it never counted). The fleet's buckets are in the slot
-	// attributes of the state item too: see slotAttrs.
-	attrWatchUntil = "watch_until"
-
-	// breaker override
-	attrOverride = "override" // S: "none", "force-open", "force-closed" or "disabled"
-	attrUntil    = "until"    // N: Unix ms; absent when the override does not lapse
-
-	// half-open probe slot
-	attrLeaseUntil = "lease_until" // N: Unix ms
-)
-
-// Key layout. Names pass budget.ValidateName, so they never contain the
-// separator '#', and the prefixes "b#" and "c#" keep budgets and breakers
-// apart: two different (kind, name, ...) tuples never map to one key.
-const (
-	sep            = "#"
-	budgetPrefix   = "b" + sep
-	breakerPrefix  = "c" + sep
-	overrideSuffix = sep + "override"
-	probeInfix     = sep + "p" + sep
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // OverrideKeyPattern is an IAM StringLike pattern for the condition key
@@ -61,7 +22,7 @@ const (
 //
 // and grants an operators' role writes to them only with
 // ForAllValues:StringLike (SECURITY.md).
-const OverrideKeyPattern = breakerPrefix + "*" + overrideSuffix
+const OverrideKeyPattern = layout.OverrideKeyPattern
 
 // Bounds on values the stores write or accept. Anything outside them in an
 // item is reported as a *MalformedItemError rather than trusted.
@@ -89,28 +50,6 @@ const (
 	maxCount = 1<<63 - 1
 )
 
-// slotNames are the attribute names of one slot of fleet counts in the
-// breaker state item: slot i holds bucket b<i> (N, the bucket number; the
-// slot is empty without it) and its counts r<i>, s<i>, f<i>, n<i> (N:
-// requests, successes, failures, samples; see breaker.Bucket).
-type slotNames struct {
-	bucket, requests, successes, failures, samples string
-}
-
-// slotAttrs are the names of every slot, slot i at index i.
-var slotAttrs = func() (a [breaker.FleetSlots]slotNames) {
-	for i := range a {
-		n := strconv.Itoa(i)
-		a[i] = slotNames{bucket: "b" + n, requests: "r" + n, successes: "s" + n, failures: "f" + n, samples: "n" + n}
-	}
-	return a
-}()
-
-// all returns the slot's attribute names, bucket first.
-func (n slotNames) all() [5]string {
-	return [5]string{n.bucket, n.requests, n.successes, n.failures, n.samples}
-}
-
 // budgetKey returns "b#<name>#<shard>#<windowStartUnixMilli>".
 func budgetKey(k budget.Key) (string, error) {
 	if err := budget.ValidateName(k.Name); err != nil {
@@ -123,18 +62,7 @@ func budgetKey(k budget.Key) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("herdguard: dynamo: budget %q: %w", k.Name, err)
 	}
-	return budgetPrefix + k.Name + sep + strconv.Itoa(k.Shard) + sep + strconv.FormatInt(ms, 10), nil
-}
-
-// stateKey returns "c#<name>"; name must be valid.
-func stateKey(name string) string { return breakerPrefix + name }
-
-// overrideKey returns "c#<name>#override"; name must be valid.
-func overrideKey(name string) string { return breakerPrefix + name + overrideSuffix }
-
-// probeKey returns "c#<name>#p#<slot>"; name must be valid.
-func probeKey(name string, slot int) string {
-	return breakerPrefix + name + probeInfix + strconv.Itoa(slot)
+	return layout.BudgetKey(k.Name, k.Shard, ms), nil
 }
 
 // unixMilli converts a time the stores write into Unix milliseconds. It
@@ -158,5 +86,5 @@ func ttlSeconds(what string, t time.Time) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return (ms + 999) / 1000, nil
+	return layout.TTLSeconds(ms), nil
 }

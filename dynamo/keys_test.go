@@ -9,6 +9,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/herdguard/herdguard/budget"
+
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 func TestBudgetKey(t *testing.T) {
@@ -69,8 +71,8 @@ func TestKeysNeverCollide(t *testing.T) {
 		seen[key] = what
 	}
 	for _, n := range names {
-		add(stateKey(n), "state "+n)
-		add(overrideKey(n), "override "+n)
+		add(layout.StateKey(n), "state "+n)
+		add(layout.OverrideKey(n), "override "+n)
 		for _, w := range windows {
 			for shard := range 3 {
 				k, err := budgetKey(budget.Key{Name: n, Shard: shard, Window: time.UnixMilli(w)})
@@ -81,7 +83,7 @@ func TestKeysNeverCollide(t *testing.T) {
 			}
 		}
 		for slot := range 11 {
-			add(probeKey(n, slot), "probe "+n)
+			add(layout.ProbeKey(n, slot), "probe "+n)
 		}
 	}
 	for key, what := range seen {
@@ -159,7 +161,7 @@ func TestOverrideKeyPattern(t *testing.T) {
 		if err := budget.ValidateName(name); err != nil {
 			t.Fatalf("generated name %q is invalid: %v", name, err)
 		}
-		if k := overrideKey(name); !stringLike(OverrideKeyPattern, k) {
+		if k := layout.OverrideKey(name); !stringLike(OverrideKeyPattern, k) {
 			t.Fatalf("pattern %q misses the override key %q", OverrideKeyPattern, k)
 		}
 		ms := rapid.Int64Range(0, maxUnixMilli).Draw(t, "ms")
@@ -167,41 +169,12 @@ func TestOverrideKeyPattern(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{stateKey(name), probeKey(name, rapid.IntRange(0, MaxProbeSlots-1).Draw(t, "slot")), bk} {
+		for _, k := range []string{layout.StateKey(name), layout.ProbeKey(name, rapid.IntRange(0, MaxProbeSlots-1).Draw(t, "slot")), bk} {
 			if stringLike(OverrideKeyPattern, k) {
 				t.Fatalf("pattern %q matches %q, which is not an override item", OverrideKeyPattern, k)
 			}
 		}
 	})
-}
-
-func TestBreakerKeys(t *testing.T) {
-	if got := stateKey("payments"); got != "c#payments" {
-		t.Errorf("stateKey = %q", got)
-	}
-	if got := overrideKey("payments"); got != "c#payments#override" {
-		t.Errorf("overrideKey = %q", got)
-	}
-	if got := probeKey("payments", 2); got != "c#payments#p#2" {
-		t.Errorf("probeKey = %q", got)
-	}
-	if got := slotAttrs[3]; got != (slotNames{bucket: "b3", requests: "r3", successes: "s3", failures: "f3", samples: "n3"}) {
-		t.Errorf("slotAttrs[3] = %+v", got)
-	}
-	// The slots' attribute names are distinct, and distinct from the
-	// state item's other attributes.
-	seen := map[string]bool{}
-	for _, a := range []string{attrPK, attrExpires, attrState, attrEpoch, attrOpenUntil, attrReopens, attrWatchUntil} {
-		seen[a] = true
-	}
-	for _, n := range slotAttrs {
-		for _, a := range n.all() {
-			if seen[a] {
-				t.Errorf("attribute name %q used twice in the state item", a)
-			}
-			seen[a] = true
-		}
-	}
 }
 
 func TestTTLSecondsRoundsUp(t *testing.T) {

@@ -2,10 +2,14 @@ package dynamo
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/herdguard/herdguard/budget"
 )
 
 // Stats are a store's cumulative DynamoDB request counts. Each count is of
@@ -117,4 +121,21 @@ func answer[T any](out *T, err error) (*T, error) {
 		return nil, errNoOutput
 	}
 	return out, err
+}
+
+// markThrottled makes an error by which DynamoDB refused a request for lack of
+// capacity (ProvisionedThroughputExceededException, ThrottlingException,
+// RequestLimitExceeded, recognised by their error codes) also satisfy
+// errors.Is(err, budget.ErrThrottled). Other errors are returned as they
+// are.
+func markThrottled(err error) error {
+	var ae smithy.APIError
+	if err == nil || !errors.As(err, &ae) {
+		return err
+	}
+	switch ae.ErrorCode() {
+	case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded":
+		return fmt.Errorf("%w: %w", budget.ErrThrottled, err)
+	}
+	return err
 }

@@ -1,4 +1,4 @@
-package local
+package memstore
 
 import (
 	"context"
@@ -9,29 +9,27 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // BreakerStore is an in-memory breaker.Store: the shared state of every
-// breaker in a map behind a mutex. It serves tests, simulations and fleets
-// that live in one process (several Breakers in one process sharing a
-// state); its answers are those the DynamoDB store gives. Times are kept to
-// the millisecond, as in the DynamoDB items.
+// breaker in a map behind a mutex. Its answers are those the DynamoDB
+// store gives. Times are kept to the millisecond, as in the DynamoDB items.
 //
 // Load returns the override and its lapse time as stored, even after the
 // time has passed: the store has no clock for that (Load takes no time),
 // so the Breaker compares Snapshot.OverrideUntil with its own now.
 //
 // Reads and Writes count calls (Load is a read, every other operation a
-// write), for simulations that report store traffic. The zero value is not
-// usable; call NewBreakerStore or NewBreakerStoreWithOptions.
+// write). The zero value is not usable; call NewBreakerStore.
 type BreakerStore struct {
 	counters
-	opts StoreOptions // immutable
+	opts Options // immutable
 
 	// mu guards breakers and sweep. Invariants: an entry's epoch only
-	// grows, by one per Transition; an entry is created by the first
-	// successful write to its name and never removed; a fleet window's
-	// envs holds each reporter once.
+	// grows, by one per Transition; an entry is never removed; a fleet
+	// window's envs holds each reporter once, and envBytes is the sum of
+	// their lengths.
 	mu       sync.Mutex
 	breakers map[string]*breakerEntry
 	sweep    sweeper
@@ -44,6 +42,7 @@ type breakerEntry struct {
 	reopens       int
 	override      breaker.Override
 	overrideUntil time.Time
+	overrideSet   bool                   // the override item exists
 	windows       map[int64]*fleetWindow // by window start, Unix milliseconds
 	probes        []probeSlot            // slot i at index i; grows on demand
 }
@@ -52,6 +51,7 @@ type fleetWindow struct {
 	successes int64
 	failures  int64
 	envs      map[string]struct{}
+	envBytes  int
 	expires   time.Time
 }
 
@@ -63,14 +63,9 @@ type probeSlot struct {
 
 var _ breaker.Store = (*BreakerStore)(nil)
 
-// NewBreakerStore returns an empty in-memory breaker.Store.
-func NewBreakerStore() *BreakerStore {
-	return NewBreakerStoreWithOptions(StoreOptions{})
-}
-
-// NewBreakerStoreWithOptions returns an empty in-memory breaker.Store with
-// test hooks and a clock for expiry.
-func NewBreakerStoreWithOptions(o StoreOptions) *BreakerStore {
+// NewBreakerStore returns an empty in-memory breaker.Store with the hooks
+// of o.
+func NewBreakerStore(o Options) *BreakerStore {
 	return &BreakerStore{opts: o, breakers: make(map[string]*breakerEntry)}
 }
 
@@ -124,7 +119,8 @@ func (e *breakerEntry) snapshot() breaker.Snapshot {
 }
 
 // Load implements breaker.Store. A name never written reads as the zero
-// Snapshot.
+// Snapshot. It is billed as one BatchGetItem of the state and override
+// items; if either item's read is throttled, Load fails.
 func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot, error) {
 	s.reads.Add(1)
 	if err := s.begin(ctx, OpLoad, name); err != nil {
@@ -132,11 +128,24 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.breakers[name].snapshot(), nil
+	e := s.breakers[name]
+	if s.opts.Meter != nil {
+		now := s.opts.now()
+		// DynamoDB reads the two items independently: a throttled one
+		// comes back unprocessed and the other is read (and billed).
+		errState := s.opts.read(layout.StateKey(name), now, e.stateSize(name))
+		errOverride := s.opts.read(layout.OverrideKey(name), now, e.overrideSize(name))
+		if err := errors.Join(errState, errOverride); err != nil {
+			return breaker.Snapshot{}, storeError(OpLoad, name, err)
+		}
+	}
+	return e.snapshot(), nil
 }
 
 // Report implements breaker.Store. env must not be empty and the counts
-// must not be negative.
+// must not be negative. With a Meter, a Report that would make the window
+// item larger than capacity.MaxItemBytes fails (DynamoDB's
+// ValidationException), as does a throttled one; neither is applied.
 func (s *BreakerStore) Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (breaker.Tally, error) {
 	s.writes.Add(1)
 	switch {
@@ -152,21 +161,43 @@ func (s *BreakerStore) Report(ctx context.Context, name string, window time.Time
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sweepLocked()
+	now := s.opts.now()
+	s.sweepLocked(now)
 	e := s.entryLocked(name, true)
-	if e.windows == nil {
-		e.windows = make(map[int64]*fleetWindow)
-	}
 	key := window.UnixMilli()
 	w := e.windows[key]
+	next := fleetWindow{expires: toMilli(expires)}
+	known := false
+	if w != nil {
+		next.successes, next.failures, next.envBytes = w.successes, w.failures, w.envBytes
+		_, known = w.envs[env]
+	}
+	next.successes += successes
+	next.failures += failures
+	if !known {
+		next.envBytes += len(env)
+	}
+	if s.opts.Meter != nil {
+		pk := layout.WindowKey(name, key)
+		before := 0
+		if w != nil {
+			before = windowItemSize(pk, w.successes, w.failures, w.envBytes, w.expires)
+		}
+		after := windowItemSize(pk, next.successes, next.failures, next.envBytes, next.expires)
+		if err := s.opts.write(pk, now, before, after); err != nil {
+			return breaker.Tally{}, storeError(OpReport, name, err)
+		}
+	}
 	if w == nil {
+		if e.windows == nil {
+			e.windows = make(map[int64]*fleetWindow)
+		}
 		w = &fleetWindow{envs: make(map[string]struct{})}
 		e.windows[key] = w
 	}
-	w.successes += successes
-	w.failures += failures
-	w.envs[env] = struct{}{}
-	w.expires = toMilli(expires)
+	next.envs = w.envs
+	next.envs[env] = struct{}{}
+	*w = next
 	return breaker.Tally{Successes: w.successes, Failures: w.failures, Reporters: len(w.envs)}, nil
 }
 
@@ -174,6 +205,12 @@ func (s *BreakerStore) Report(ctx context.Context, name string, window time.Time
 // stored epoch and, if they match, stores next's State, Epoch, OpenUntil and
 // Reopens (next's override fields are ignored). next.Epoch must be
 // prevEpoch+1, next.State a known State and next.Reopens not negative.
+//
+// It is billed as one conditional write of the state item and one read of
+// the override item, as the DynamoDB store makes them. A throttled write
+// applies nothing; a throttled read after a write that went through fails
+// Transition although the new state is stored (as with DynamoDB, an error
+// leaves it unknown whether the transition happened).
 func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
 	s.writes.Add(1)
 	switch {
@@ -194,24 +231,45 @@ func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch ui
 	if e != nil {
 		cur = e.epoch
 	}
+	metered, now := s.opts.Meter != nil, time.Time{}
+	if metered {
+		now = s.opts.now()
+		before := e.stateSize(name)
+		after := before // a refusal is billed on the item as it stands
+		if cur == prevEpoch {
+			after = stateItemSize(layout.StateKey(name), next.State, next.Epoch, next.Reopens, toMilli(next.OpenUntil))
+		}
+		if err := s.opts.write(layout.StateKey(name), now, before, after); err != nil {
+			return breaker.Snapshot{}, storeError(OpTransition, name, err)
+		}
+	}
+	var conflict error
 	if cur != prevEpoch {
-		return e.snapshot(), fmt.Errorf("local: breaker store %s %q: %w: stored epoch is %d, not %d", OpTransition, name, breaker.ErrConflict, cur, prevEpoch)
+		conflict = fmt.Errorf("local: breaker store %s %q: %w: stored epoch is %d, not %d", OpTransition, name, breaker.ErrConflict, cur, prevEpoch)
+	} else {
+		if e == nil {
+			e = s.entryLocked(name, true)
+		}
+		e.state = next.State
+		e.epoch = next.Epoch
+		e.openUntil = toMilli(next.OpenUntil)
+		e.reopens = next.Reopens
 	}
-	if e == nil {
-		e = s.entryLocked(name, true)
+	if metered {
+		if err := s.opts.read(layout.OverrideKey(name), now, e.overrideSize(name)); err != nil {
+			return breaker.Snapshot{}, storeError(OpTransition, name, err)
+		}
 	}
-	e.state = next.State
-	e.epoch = next.Epoch
-	e.openUntil = toMilli(next.OpenUntil)
-	e.reopens = next.Reopens
-	return e.snapshot(), nil
+	return e.snapshot(), conflict
 }
 
 // AcquireProbe implements breaker.Store. It takes the lowest free slot in
 // [0, limit). A slot is free if it was never taken, was taken in an epoch
 // other than epoch, or its lease lapsed before now (to the millisecond). A
 // limit of 0 admits no probe; a negative limit, or a leaseUntil not after
-// now, is an error.
+// now, is an error. It is billed as one conditional write per slot tried,
+// from slot 0 up to the one taken (all limit slots when it is denied); a
+// throttled write ends it with an error.
 func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint64, limit int, now, leaseUntil time.Time) (int, error) {
 	s.writes.Add(1)
 	switch {
@@ -227,15 +285,32 @@ func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint
 	defer s.mu.Unlock()
 	e := s.entryLocked(name, true)
 	nowMilli := now.UnixMilli()
+	var clock time.Time // the Meter's time: the store's clock, not the caller's now
+	if s.opts.Meter != nil {
+		clock = s.opts.now()
+	}
 	for i := range limit {
 		if i == len(e.probes) {
 			e.probes = append(e.probes, probeSlot{})
 		}
 		p := &e.probes[i]
-		if p.taken && p.epoch == epoch && p.leaseUntil.UnixMilli() >= nowMilli {
+		held := p.taken && p.epoch == epoch && p.leaseUntil.UnixMilli() >= nowMilli
+		lease := probeSlot{taken: true, epoch: epoch, leaseUntil: toMilli(leaseUntil)}
+		if s.opts.Meter != nil {
+			pk := layout.ProbeKey(name, i)
+			before := probeItemSize(pk, *p)
+			after := before
+			if !held {
+				after = probeItemSize(pk, lease)
+			}
+			if err := s.opts.write(pk, clock, before, after); err != nil {
+				return 0, storeError(OpAcquireProbe, name, err)
+			}
+		}
+		if held {
 			continue
 		}
-		*p = probeSlot{taken: true, epoch: epoch, leaseUntil: toMilli(leaseUntil)}
+		*p = lease
 		return i, nil
 	}
 	return 0, fmt.Errorf("local: breaker store %s %q: %w (limit %d, epoch %d)", OpAcquireProbe, name, breaker.ErrProbeDenied, limit, epoch)
@@ -251,21 +326,44 @@ func (s *BreakerStore) SetOverride(ctx context.Context, name string, o breaker.O
 	if err := s.begin(ctx, OpSetOverride, name); err != nil {
 		return err
 	}
+	until = toMilli(until)
+	if o == breaker.NoOverride {
+		until = time.Time{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entryLocked(name, true)
-	e.override = o
-	e.overrideUntil = toMilli(until)
-	if o == breaker.NoOverride {
-		e.overrideUntil = time.Time{}
+	if s.opts.Meter != nil {
+		pk := layout.OverrideKey(name)
+		if err := s.opts.write(pk, s.opts.now(), e.overrideSize(name), overrideItemSize(pk, true, o, until)); err != nil {
+			return storeError(OpSetOverride, name, err)
+		}
 	}
+	e.override = o
+	e.overrideUntil = until
+	e.overrideSet = true
 	return nil
+}
+
+// stateSize is the size of e's state item (0: none); e may be nil.
+func (e *breakerEntry) stateSize(name string) int {
+	if e == nil {
+		return 0
+	}
+	return stateItemSize(layout.StateKey(name), e.state, e.epoch, e.reopens, e.openUntil)
+}
+
+// overrideSize is the size of e's override item (0: none); e may be nil.
+func (e *breakerEntry) overrideSize(name string) int {
+	if e == nil {
+		return 0
+	}
+	return overrideItemSize(layout.OverrideKey(name), e.overrideSet, e.override, e.overrideUntil)
 }
 
 // sweepLocked drops expired fleet windows, at most once per sweepEvery.
 // s.mu must be held.
-func (s *BreakerStore) sweepLocked() {
-	now := s.opts.now()
+func (s *BreakerStore) sweepLocked(now time.Time) {
 	if !s.sweep.due(now) {
 		return
 	}

@@ -1,4 +1,4 @@
-package local_test
+package memstore_test
 
 import (
 	"context"
@@ -13,42 +13,49 @@ import (
 	"github.com/herdguard/herdguard/breaker/breakertest"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/budget/budgettest"
-	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/internal/capacity"
+	"github.com/herdguard/herdguard/internal/memstore"
 )
 
 func TestBudgetStoreConformance(t *testing.T) {
-	budgettest.Run(t, func(*testing.T) budget.Store { return local.NewBudgetStore() })
+	budgettest.Run(t, func(*testing.T) budget.Store { return memstore.NewBudgetStore(memstore.Options{}) })
 }
 
 func TestBreakerStoreConformance(t *testing.T) {
-	breakertest.Run(t, func(*testing.T) breaker.Store { return local.NewBreakerStore() })
+	breakertest.Run(t, func(*testing.T) breaker.Store { return memstore.NewBreakerStore(memstore.Options{}) })
 }
 
-// The suites again, with a Fault hook that lets every call through: the
-// hook's path must not change any answer.
-func TestStoresConformanceWithPassingHook(t *testing.T) {
+// The suites again, with a Fault hook that lets every call through and a
+// Meter that bills without throttling: neither path may change any answer.
+func TestStoresConformanceWithPassingHookAndMeter(t *testing.T) {
 	var mu sync.Mutex
 	ops := map[string]int{}
-	o := local.StoreOptions{Fault: func(ctx context.Context, op string) error {
+	meter := capacity.NewMeter(capacity.Config{})
+	o := memstore.Options{Fault: func(ctx context.Context, op string) error {
 		mu.Lock()
 		ops[op]++
 		mu.Unlock()
 		return nil
-	}}
+	}, Meter: meter}
 	t.Run("Budget", func(t *testing.T) {
-		budgettest.Run(t, func(*testing.T) budget.Store { return local.NewBudgetStoreWithOptions(o) })
+		budgettest.Run(t, func(*testing.T) budget.Store { return memstore.NewBudgetStore(o) })
 	})
 	t.Run("Breaker", func(t *testing.T) {
-		breakertest.Run(t, func(*testing.T) breaker.Store { return local.NewBreakerStoreWithOptions(o) })
+		breakertest.Run(t, func(*testing.T) breaker.Store { return memstore.NewBreakerStore(o) })
 	})
-	for _, op := range []string{local.OpApply, local.OpLoad, local.OpReport, local.OpTransition, local.OpAcquireProbe, local.OpSetOverride} {
+	for _, op := range []string{memstore.OpApply, memstore.OpLoad, memstore.OpReport, memstore.OpTransition, memstore.OpAcquireProbe, memstore.OpSetOverride} {
 		if ops[op] == 0 {
 			t.Errorf("the Fault hook never saw %q", op)
 		}
 	}
+	if st := meter.Stats(); st.Writes == 0 || st.Reads == 0 || st.Throttled() != 0 {
+		t.Errorf("meter %+v: want reads and writes billed, none throttled", st)
+	}
 }
 
 var errInjected = errors.New("injected fault")
+
+var t0 = time.UnixMilli(1_700_000_000_000)
 
 func key(name string) budget.Key { return budget.Key{Name: name, Shard: 0, Window: t0} }
 
@@ -58,9 +65,9 @@ func upd(floor, deposit, take int64) budget.Update {
 
 func TestBudgetStoreFaultLeavesStateAlone(t *testing.T) {
 	var fail bool
-	s := local.NewBudgetStoreWithOptions(local.StoreOptions{Fault: func(ctx context.Context, op string) error {
-		if op != local.OpApply {
-			t.Errorf("Fault called with op %q, want %q", op, local.OpApply)
+	s := memstore.NewBudgetStore(memstore.Options{Fault: func(ctx context.Context, op string) error {
+		if op != memstore.OpApply {
+			t.Errorf("Fault called with op %q, want %q", op, memstore.OpApply)
 		}
 		if fail {
 			return errInjected
@@ -90,18 +97,18 @@ func TestBudgetStoreFaultLeavesStateAlone(t *testing.T) {
 func TestStoresDeadlinePassedDuringInjectedLatency(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	o := local.StoreOptions{Fault: func(ctx context.Context, op string) error {
+	o := memstore.Options{Fault: func(ctx context.Context, op string) error {
 		cancel(context.DeadlineExceeded) // the "network" took too long
 		return nil
 	}}
-	bs := local.NewBudgetStoreWithOptions(o)
+	bs := memstore.NewBudgetStore(o)
 	if _, err := bs.Apply(ctx, key("p"), upd(10, 0, 0)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("BudgetStore.Apply: %v; want the context's error", err)
 	}
 	if got, err := bs.Apply(context.Background(), key("p"), upd(7, 0, 0)); err != nil || got != 7 {
 		t.Fatalf("the timed-out Apply was applied: now %d, %v; want 7, <nil>", got, err)
 	}
-	cs := local.NewBreakerStoreWithOptions(o)
+	cs := memstore.NewBreakerStore(o)
 	_, err := cs.Transition(ctx, "p", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1})
 	if !errors.Is(err, breaker.ErrStore) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("BreakerStore.Transition: %v; want ErrStore wrapping the context's error", err)
@@ -113,7 +120,7 @@ func TestStoresDeadlinePassedDuringInjectedLatency(t *testing.T) {
 
 func TestBreakerStoreFaultsAreStoreErrors(t *testing.T) {
 	var failing sync.Map
-	s := local.NewBreakerStoreWithOptions(local.StoreOptions{Fault: func(ctx context.Context, op string) error {
+	s := memstore.NewBreakerStore(memstore.Options{Fault: func(ctx context.Context, op string) error {
 		if _, ok := failing.Load(op); ok {
 			return errInjected
 		}
@@ -121,17 +128,17 @@ func TestBreakerStoreFaultsAreStoreErrors(t *testing.T) {
 	}})
 	ctx := context.Background()
 	calls := map[string]func() error{
-		local.OpLoad: func() error { _, err := s.Load(ctx, "p"); return err },
-		local.OpReport: func() error {
+		memstore.OpLoad: func() error { _, err := s.Load(ctx, "p"); return err },
+		memstore.OpReport: func() error {
 			_, err := s.Report(ctx, "p", t0, "env", 0, 1, t0.Add(time.Minute))
 			return err
 		},
-		local.OpTransition: func() error {
+		memstore.OpTransition: func() error {
 			_, err := s.Transition(ctx, "p", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1})
 			return err
 		},
-		local.OpAcquireProbe: func() error { _, err := s.AcquireProbe(ctx, "p", 1, 1, t0, t0.Add(time.Second)); return err },
-		local.OpSetOverride:  func() error { return s.SetOverride(ctx, "p", breaker.ForcedOpen, time.Time{}) },
+		memstore.OpAcquireProbe: func() error { _, err := s.AcquireProbe(ctx, "p", 1, 1, t0, t0.Add(time.Second)); return err },
+		memstore.OpSetOverride:  func() error { return s.SetOverride(ctx, "p", breaker.ForcedOpen, time.Time{}) },
 	}
 	for op, call := range calls {
 		failing.Store(op, true)
@@ -152,7 +159,7 @@ func TestBreakerStoreFaultsAreStoreErrors(t *testing.T) {
 		t.Fatalf("Reads, Writes = %d, %d; want 2, 5", s.Reads(), s.Writes())
 	}
 	// An injected error that already is a store error is not wrapped twice.
-	s2 := local.NewBreakerStoreWithOptions(local.StoreOptions{Fault: func(context.Context, string) error { return breaker.ErrStore }})
+	s2 := memstore.NewBreakerStore(memstore.Options{Fault: func(context.Context, string) error { return breaker.ErrStore }})
 	_, err := s2.Load(ctx, "p")
 	if !errors.Is(err, breaker.ErrStore) || strings.Count(err.Error(), breaker.ErrStore.Error()) != 1 {
 		t.Fatalf("Load: %v", err)
@@ -160,7 +167,7 @@ func TestBreakerStoreFaultsAreStoreErrors(t *testing.T) {
 }
 
 func TestBudgetStoreRejectsBadUpdates(t *testing.T) {
-	s := local.NewBudgetStore()
+	s := memstore.NewBudgetStore(memstore.Options{})
 	ctx := context.Background()
 	for _, c := range []struct {
 		k     budget.Key
@@ -195,7 +202,7 @@ func TestBudgetStoreRejectsBadUpdates(t *testing.T) {
 // A window is one item whatever the location or monotonic reading of the
 // time.Time naming it, and it is named to the millisecond, as in DynamoDB.
 func TestBudgetStoreKeysByInstantToTheMillisecond(t *testing.T) {
-	s := local.NewBudgetStore()
+	s := memstore.NewBudgetStore(memstore.Options{})
 	ctx := context.Background()
 	w := time.Now() // carries a monotonic reading
 	for _, win := range []time.Time{w, w.UTC(), w.In(time.FixedZone("X", 3600)), w.Round(0), time.UnixMilli(w.UnixMilli())} {
@@ -213,7 +220,7 @@ func TestStoresDropExpiredItems(t *testing.T) {
 	clock := func() time.Time { return now }
 	ctx := context.Background()
 
-	bs := local.NewBudgetStoreWithOptions(local.StoreOptions{Now: clock})
+	bs := memstore.NewBudgetStore(memstore.Options{Now: clock})
 	for i, exp := range []time.Time{t0.Add(time.Minute), t0.Add(time.Hour), {}} {
 		k := budget.Key{Name: "p", Shard: i, Window: t0}
 		if _, err := bs.Apply(ctx, k, budget.Update{Floor: 5, Expires: exp}); err != nil {
@@ -232,7 +239,7 @@ func TestStoresDropExpiredItems(t *testing.T) {
 		t.Fatalf("Apply to an expired item = %d, %v; want the floor 9", got, err)
 	}
 
-	cs := local.NewBreakerStoreWithOptions(local.StoreOptions{Now: clock})
+	cs := memstore.NewBreakerStore(memstore.Options{Now: clock})
 	now = t0
 	if _, err := cs.Report(ctx, "p", t0, "env", 0, 4, t0.Add(time.Minute)); err != nil {
 		t.Fatal(err)
@@ -250,7 +257,7 @@ func TestStoresDropExpiredItems(t *testing.T) {
 }
 
 func TestBreakerStoreRejectsBadArguments(t *testing.T) {
-	s := local.NewBreakerStore()
+	s := memstore.NewBreakerStore(memstore.Options{})
 	ctx := context.Background()
 	_, errEnv := s.Report(ctx, "p", t0, "", 1, 0, time.Time{})
 	_, errSucc := s.Report(ctx, "p", t0, "env", -1, 0, time.Time{})
@@ -280,7 +287,7 @@ func TestBreakerStoreRejectsBadArguments(t *testing.T) {
 }
 
 func TestBreakerStoreKeepsMilliseconds(t *testing.T) {
-	s := local.NewBreakerStore()
+	s := memstore.NewBreakerStore(memstore.Options{})
 	ctx := context.Background()
 	until := t0.Add(1500*time.Millisecond + 999*time.Microsecond)
 	got, err := s.Transition(ctx, "p", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: until})
