@@ -104,7 +104,7 @@ func Example_fleet() {
 		invoke(a, at, breaker.Success)
 		invoke(b, at, breaker.Success)
 	}
-	fmt.Printf("healthy: %d writes\n", store.Writes())
+	fmt.Printf("healthy: %d writes\n", store.Stats().Writes)
 	for i := range 100 { // the partner fails
 		at := start.Add(2*time.Second + time.Duration(i)*100*time.Millisecond)
 		invoke(a, at, breaker.Failure)

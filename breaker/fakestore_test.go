@@ -118,8 +118,6 @@ func (f *fakeStore) Report(ctx context.Context, name string, r breaker.Report) (
 	}
 	b := &cur.Buckets[r.Bucket%breaker.FleetSlots]
 	switch {
-	case r.Requests == 0 && r.Successes == 0 && r.Failures == 0 && r.Samples == 0:
-		// Only the watch.
 	case b.Num == r.Bucket:
 		b.Requests += r.Requests
 		b.Successes += r.Successes

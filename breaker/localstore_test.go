@@ -9,15 +9,15 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/internal/memstore"
 )
 
-// The shared-mode scenarios again, against package local's in-memory
-// Store (the one the simulator and the examples use), whose answers are
-// those of the DynamoDB store.
+// The shared-mode scenarios again, against the in-memory Store behind
+// package local's (the one the simulator and the examples use), whose
+// answers are those of the DynamoDB store.
 
 func TestLocalStoreFleetTripsAndRecovers(t *testing.T) {
-	store := local.NewBreakerStore()
+	store := memstore.NewBreakerStore(memstore.Options{})
 	a := newEnv(t, store, "a", nil)
 	b := newEnv(t, store, "b", nil)
 
@@ -81,7 +81,7 @@ func TestLocalStoreFleetTripsAndRecovers(t *testing.T) {
 }
 
 func TestLocalStoreLostProbeLeaseLapses(t *testing.T) {
-	store := local.NewBreakerStore()
+	store := memstore.NewBreakerStore(memstore.Options{})
 	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.ProbeLease = 3 * time.Second })
 	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.ProbeLease = 3 * time.Second })
 	calls(t, b.Breaker, t0, breaker.Success, 1)
@@ -114,7 +114,7 @@ func TestLocalStoreLostProbeLeaseLapses(t *testing.T) {
 }
 
 func TestLocalStoreHealthyPathCost(t *testing.T) {
-	store := local.NewBreakerStore()
+	store := memstore.NewBreakerStore(memstore.Options{})
 	a := newEnv(t, store, "a", nil)
 	for i := range 10000 {
 		if !call(t, a.Breaker, t0.Add(time.Duration(i)*time.Millisecond), breaker.Success) {
@@ -128,7 +128,7 @@ func TestLocalStoreHealthyPathCost(t *testing.T) {
 
 func TestLocalStoreFaultsFallBackToLocal(t *testing.T) {
 	var down atomic.Bool
-	store := local.NewBreakerStoreWithOptions(local.StoreOptions{Fault: func(ctx context.Context, op string) error {
+	store := memstore.NewBreakerStore(memstore.Options{Fault: func(ctx context.Context, op string) error {
 		if down.Load() {
 			return errors.New("throttled")
 		}
@@ -174,7 +174,7 @@ func TestLocalStoreFaultsFallBackToLocal(t *testing.T) {
 }
 
 func TestLocalStoreLatencyIsCutByStoreTimeout(t *testing.T) {
-	store := local.NewBreakerStoreWithOptions(local.StoreOptions{Fault: func(ctx context.Context, op string) error {
+	store := memstore.NewBreakerStore(memstore.Options{Fault: func(ctx context.Context, op string) error {
 		<-ctx.Done() // a store that hangs until the caller gives up
 		return ctx.Err()
 	}})
@@ -189,7 +189,7 @@ func TestLocalStoreLatencyIsCutByStoreTimeout(t *testing.T) {
 }
 
 func TestLocalStoreOperatorOverride(t *testing.T) {
-	store := local.NewBreakerStore()
+	store := memstore.NewBreakerStore(memstore.Options{})
 	a := newEnv(t, store, "a", nil)
 	if err := store.SetOverride(ctx, "partner", breaker.ForcedOpen, t0.Add(5*time.Second)); err != nil {
 		t.Fatal(err)

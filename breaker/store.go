@@ -25,8 +25,9 @@ type Store interface {
 
 	// Report adds one environment's sampled counts to the fleet's counts
 	// for bucket r.Bucket, kept in slot r.Bucket mod FleetSlots of the
-	// state, and returns the state after it, override included. It is one
-	// conditional write:
+	// state, and returns the state after it. It is one conditional write
+	// (a store may need a second when its first guess of what the slot
+	// holds was wrong):
 	//
 	//   - if the stored epoch is not r.Epoch, nothing is applied and it
 	//     returns the current snapshot with an error satisfying
@@ -38,12 +39,13 @@ type Store interface {
 	//   - and in every case but a conflict, a non-zero r.WatchUntil is
 	//     stored as the fleet's WatchUntil.
 	//
-	// A report whose four counts are all zero (an alarm, or a report that
-	// only extends the watch) leaves the buckets alone.
-	//
 	// A breaker that was never written is created, closed at epoch 0.
-	// r.Expires is when the store may delete the state item if nothing is
-	// written again (TTL); it must be at least as late as the stored one.
+	// Report's answer carries no override: Override and OverrideUntil are
+	// zero in the snapshot it returns, on success and on a conflict alike,
+	// since reading the override item would cost a read per report. The
+	// Breaker keeps the override it last loaded. r.Bucket must be at least
+	// 1 and the counts not negative; other input is refused with an error
+	// satisfying errors.Is(err, ErrStore), nothing applied.
 	Report(ctx context.Context, name string, r Report) (Snapshot, error)
 
 	// Transition replaces the state with next if and only if the stored

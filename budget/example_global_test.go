@@ -16,7 +16,7 @@ import (
 // floor of 3 per window.
 func ExampleGlobal() {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	store := local.NewBudgetStoreWithOptions(local.StoreOptions{Now: func() time.Time { return now }})
+	store := local.NewBudgetStore()
 	envA, _ := budget.NewGlobal(store, "payments", budget.GlobalConfig{})
 	envB, _ := budget.NewGlobal(store, "payments", budget.GlobalConfig{})
 
@@ -24,7 +24,7 @@ func ExampleGlobal() {
 		envA.RecordRequest(now)
 		envB.RecordRequest(now)
 	}
-	fmt.Println("store writes while healthy:", store.Writes())
+	fmt.Println("store writes while healthy:", store.Stats().Writes)
 
 	// The partner fails: both environments ask for retries.
 	granted := 0
@@ -45,7 +45,7 @@ func ExampleGlobal() {
 	if errors.As(refusal, &exhausted) {
 		fmt.Println("refused by", exhausted.Budget, "retry after", exhausted.RetryAfter)
 	}
-	fmt.Println("store writes:", store.Writes())
+	fmt.Println("store writes:", store.Stats().Writes)
 	// Output:
 	// store writes while healthy: 0
 	// granted: 11 of 80 requests × 0.1 + 3
@@ -58,12 +58,7 @@ func ExampleGlobal() {
 // layer abstains, so the local layer alone decides.
 func ExampleGlobal_layered() {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	down := errors.New("table unreachable")
-	store := local.NewBudgetStoreWithOptions(local.StoreOptions{
-		Now:   func() time.Time { return now },
-		Fault: func(context.Context, string) error { return down },
-	})
-	global, _ := budget.NewGlobal(store, "payments", budget.GlobalConfig{})
+	global, _ := budget.NewGlobal(downStore{}, "payments", budget.GlobalConfig{})
 	ratio, _ := local.NewRatio(local.RatioConfig{})
 
 	// budget.Layered(ratio, global) composes them; AcquireAll, which the
@@ -85,4 +80,11 @@ func ExampleGlobal_layered() {
 	// layer 1 abstained: true
 	// layer 1 abstained: true
 	// granted by the local floor alone: 3
+}
+
+// downStore is a budget.Store whose table cannot be reached.
+type downStore struct{}
+
+func (downStore) Apply(context.Context, budget.Key, budget.Update) (int64, error) {
+	return 0, errors.New("table unreachable")
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
-	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/internal/memstore"
 )
 
 // t0 is the start of a 10-second window (and of a 1-minute one).
@@ -54,9 +54,9 @@ var backends = []struct {
 	new  func() budget.Store
 }{
 	{"map", func() budget.Store { return newMapStore() }},
-	{"local", func() budget.Store {
+	{"memstore", func() budget.Store {
 		// The test clock, not the wall clock, decides expiry.
-		return local.NewBudgetStoreWithOptions(local.StoreOptions{Now: func() time.Time { return t0 }})
+		return memstore.NewBudgetStore(memstore.Options{Now: func() time.Time { return t0 }})
 	}},
 }
 

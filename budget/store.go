@@ -62,6 +62,15 @@ type Store interface {
 // allowance than an update takes.
 var ErrInsufficient = errors.New("herdguard: insufficient allowance")
 
+// ErrThrottled is matched by the errors of stores that refused a request
+// for lack of capacity: DynamoDB's ProvisionedThroughputExceededException,
+// ThrottlingException and RequestLimitExceeded in package dynamo, and the
+// in-memory stores when they model DynamoDB's throughput limits. A throttled
+// request changed nothing (an operation made of several requests may have
+// applied those before it). Budget and breaker stores both use it; a
+// breaker store's error also satisfies errors.Is(err, breaker.ErrStore).
+var ErrThrottled = errors.New("herdguard: the store refused the request for lack of capacity")
+
 // Names of budgets and breakers become part of store keys. MaxNameLen bounds
 // them; ValidateName lists the other rules.
 const MaxNameLen = 128

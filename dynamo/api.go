@@ -6,6 +6,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // API is the part of the DynamoDB client the stores call at run time, with
@@ -83,9 +85,9 @@ type TableSpec struct {
 // Spec returns the table's specification.
 func Spec() TableSpec {
 	return TableSpec{
-		PartitionKey:     attrPK,
+		PartitionKey:     layout.AttrPK,
 		PartitionKeyType: types.ScalarAttributeTypeS,
-		TTLAttribute:     attrExpires,
+		TTLAttribute:     layout.AttrExpires,
 		BillingMode:      types.BillingModePayPerRequest,
 	}
 }

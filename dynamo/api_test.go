@@ -8,6 +8,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 func TestActions(t *testing.T) {
@@ -50,10 +52,10 @@ func TestSpec(t *testing.T) {
 		t.Errorf("Spec() = %+v", s)
 	}
 	// The attribute names the stores write agree with the spec.
-	if attrPK != s.PartitionKey || attrExpires != s.TTLAttribute {
-		t.Errorf("attribute constants %q, %q disagree with Spec", attrPK, attrExpires)
+	if layout.AttrPK != s.PartitionKey || layout.AttrExpires != s.TTLAttribute {
+		t.Errorf("attribute constants %q, %q disagree with Spec", layout.AttrPK, layout.AttrExpires)
 	}
-	for _, k := range []string{stateKey("x"), overrideKey("x"), windowKey("x", 0), probeKey("x", 0)} {
+	for _, k := range []string{layout.StateKey("x"), layout.OverrideKey("x"), layout.ProbeKey("x", 0)} {
 		if !strings.HasPrefix(k, "c#x") {
 			t.Errorf("key %q", k)
 		}

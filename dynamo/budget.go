@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/herdguard/herdguard/budget"
+
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // BudgetStoreConfig holds a BudgetStore's optional settings. The zero value
@@ -135,10 +137,10 @@ func applyExpression(u budget.Update) (expression.Expression, error) {
 	if err != nil {
 		return expression.Expression{}, err
 	}
-	allowance := expression.Name(attrAllowance)
+	allowance := expression.Name(layout.AttrAllowance)
 	update := expression.
 		Set(allowance, expression.Plus(allowance.IfNotExists(numberValue(u.Floor)), numberValue(u.Deposit-u.Take))).
-		Set(expression.Name(attrExpires), numberValue(exp))
+		Set(expression.Name(layout.AttrExpires), numberValue(exp))
 
 	// The stored allowance must cover need and be a sane number: a value
 	// of another type, or outside [0, MaxAmount], fails the condition, so
@@ -163,12 +165,12 @@ func applyExpression(u budget.Update) (expression.Expression, error) {
 // (the item was just written).
 func allowanceOf(key string, attrs map[string]types.AttributeValue, floor int64) (int64, error) {
 	it := item{key: key, attrs: attrs}
-	v, ok, err := it.int64In(attrAllowance, 0, MaxAmount)
+	v, ok, err := it.int64In(layout.AttrAllowance, 0, MaxAmount)
 	switch {
 	case err != nil:
 		return 0, err
 	case !ok && floor < 0:
-		return 0, it.malformed(attrAllowance, "is missing after an update")
+		return 0, it.malformed(layout.AttrAllowance, "is missing after an update")
 	case !ok:
 		return floor, nil
 	}
@@ -187,5 +189,5 @@ func stringValue(v string) expression.ValueBuilder {
 
 // keyAttr is the key of the item whose partition key is pk.
 func keyAttr(pk string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrPK: &types.AttributeValueMemberS{Value: pk}}
+	return map[string]types.AttributeValue{layout.AttrPK: &types.AttributeValueMemberS{Value: pk}}
 }

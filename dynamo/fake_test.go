@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // fakeAPI is an API whose answers the test scripts. It does not evaluate
@@ -33,7 +35,7 @@ type fakeRequest struct {
 var errNotScripted = errors.New("fakeAPI: call not scripted")
 
 func (f *fakeAPI) record(op string, key map[string]types.AttributeValue) {
-	pk, _ := key[attrPK].(*types.AttributeValueMemberS)
+	pk, _ := key[layout.AttrPK].(*types.AttributeValueMemberS)
 	r := fakeRequest{op: op}
 	if pk != nil {
 		r.key = pk.Value

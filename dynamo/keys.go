@@ -2,58 +2,18 @@ package dynamo
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
-)
-
-// Attribute names. Every item has attrPK; the others are per item kind, as
-// listed in the package documentation.
-const (
-	attrPK      = "pk"      // S: the item's key, see the key functions below
-	attrExpires = "expires" // N: TTL, seconds since the Unix epoch
-
-	// budget window shard
-	attrAllowance = "allowance" // N: retries left in the shard's window
-
-	// breaker state
-	attrState     = "state"      // S: "closed", "open" or "half-open"
-	attrEpoch     = "epoch"      // N: transition counter (also on probe slots)
-	attrOpenUntil = "open_until" // N: Unix ms; absent when zero
-	attrReopens   = "reopens"    // N: consecutive openings
-
-	// breaker override
-	attrOverride = "override" // S: "none", "force-open", "force-closed" or "disabled"
-	attrUntil    = "until"    // N: Unix ms; absent when the override does not lapse
-
-	// breaker fleet window
-	attrSuccesses = "successes" // N
-	attrFailures  = "failures"  // N
-	attrEnvs      = "envs"      // SS: environments that reported into the window
-
-	// half-open probe slot
-	attrLeaseUntil = "lease_until" // N: Unix ms
-)
-
-// Key layout. Names pass budget.ValidateName, so they never contain the
-// separator '#', and the prefixes "b#" and "c#" keep budgets and breakers
-// apart: two different (kind, name, ...) tuples never map to one key.
-const (
-	sep            = "#"
-	budgetPrefix   = "b" + sep
-	breakerPrefix  = "c" + sep
-	overrideSuffix = sep + "override"
-	windowInfix    = sep + "w" + sep
-	probeInfix     = sep + "p" + sep
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // OverrideKeyPattern is an IAM StringLike pattern for the condition key
 // dynamodb:LeadingKeys (the partition key of the items a request touches)
 // that matches the key "c#<name>#override" of every breaker's override
 // item and no other key the stores write: names cannot contain '#', so a
-// state key "c#<name>" never ends in "#override", and window and probe keys
-// end in digits. A deployment denies its functions writes to these items
+// state key "c#<name>" never ends in "#override", and probe keys end in
+// digits. A deployment denies its functions writes to these items
 // with
 //
 //	"Effect": "Deny",
@@ -62,7 +22,7 @@ const (
 //
 // and grants an operators' role writes to them only with
 // ForAllValues:StringLike (SECURITY.md).
-const OverrideKeyPattern = breakerPrefix + "*" + overrideSuffix
+const OverrideKeyPattern = layout.OverrideKeyPattern
 
 // Bounds on values the stores write or accept. Anything outside them in an
 // item is reported as a *MalformedItemError rather than trusted.
@@ -78,15 +38,16 @@ const (
 	// allowance an item may hold: 2^53 retries in one window is far beyond
 	// any real budget, so a larger stored value is reported as malformed
 	// rather than granted from.
-	MaxAmount = 1 << 53
-	// MaxEnvLen bounds the environment identifier passed to
-	// BreakerStore.Report. Each reporter adds its identifier to the window
-	// item, which DynamoDB limits to 400 KB.
-	MaxEnvLen = 256
-
+	MaxAmount    = 1 << 53
 	maxEpoch     = 1 << 53         // a transition a second for 285 million years
 	maxReopens   = 1<<31 - 1       // fits any int
 	maxUnixMilli = 253402300799999 // 9999-12-31T23:59:59.999Z
+	// maxBucket bounds a fleet bucket's number: Unix milliseconds divided
+	// by a bucket width of at least one millisecond.
+	maxBucket = maxUnixMilli
+	// maxCount bounds a bucket's stored counts: Reports add at most
+	// MaxAmount each, so only a hand-edited item gets near it.
+	maxCount = 1<<63 - 1
 )
 
 // budgetKey returns "b#<name>#<shard>#<windowStartUnixMilli>".
@@ -101,24 +62,7 @@ func budgetKey(k budget.Key) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("herdguard: dynamo: budget %q: %w", k.Name, err)
 	}
-	return budgetPrefix + k.Name + sep + strconv.Itoa(k.Shard) + sep + strconv.FormatInt(ms, 10), nil
-}
-
-// stateKey returns "c#<name>"; name must be valid.
-func stateKey(name string) string { return breakerPrefix + name }
-
-// overrideKey returns "c#<name>#override"; name must be valid.
-func overrideKey(name string) string { return breakerPrefix + name + overrideSuffix }
-
-// windowKey returns "c#<name>#w#<windowStartUnixMilli>"; name must be valid
-// and ms in range.
-func windowKey(name string, ms int64) string {
-	return breakerPrefix + name + windowInfix + strconv.FormatInt(ms, 10)
-}
-
-// probeKey returns "c#<name>#p#<slot>"; name must be valid.
-func probeKey(name string, slot int) string {
-	return breakerPrefix + name + probeInfix + strconv.Itoa(slot)
+	return layout.BudgetKey(k.Name, k.Shard, ms), nil
 }
 
 // unixMilli converts a time the stores write into Unix milliseconds. It
@@ -142,5 +86,5 @@ func ttlSeconds(what string, t time.Time) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return (ms + 999) / 1000, nil
+	return layout.TTLSeconds(ms), nil
 }

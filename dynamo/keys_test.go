@@ -9,6 +9,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/herdguard/herdguard/budget"
+
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 func TestBudgetKey(t *testing.T) {
@@ -69,10 +71,9 @@ func TestKeysNeverCollide(t *testing.T) {
 		seen[key] = what
 	}
 	for _, n := range names {
-		add(stateKey(n), "state "+n)
-		add(overrideKey(n), "override "+n)
+		add(layout.StateKey(n), "state "+n)
+		add(layout.OverrideKey(n), "override "+n)
 		for _, w := range windows {
-			add(windowKey(n, w), "window "+n)
 			for shard := range 3 {
 				k, err := budgetKey(budget.Key{Name: n, Shard: shard, Window: time.UnixMilli(w)})
 				if err != nil {
@@ -82,7 +83,7 @@ func TestKeysNeverCollide(t *testing.T) {
 			}
 		}
 		for slot := range 11 {
-			add(probeKey(n, slot), "probe "+n)
+			add(layout.ProbeKey(n, slot), "probe "+n)
 		}
 	}
 	for key, what := range seen {
@@ -160,7 +161,7 @@ func TestOverrideKeyPattern(t *testing.T) {
 		if err := budget.ValidateName(name); err != nil {
 			t.Fatalf("generated name %q is invalid: %v", name, err)
 		}
-		if k := overrideKey(name); !stringLike(OverrideKeyPattern, k) {
+		if k := layout.OverrideKey(name); !stringLike(OverrideKeyPattern, k) {
 			t.Fatalf("pattern %q misses the override key %q", OverrideKeyPattern, k)
 		}
 		ms := rapid.Int64Range(0, maxUnixMilli).Draw(t, "ms")
@@ -168,27 +169,12 @@ func TestOverrideKeyPattern(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{stateKey(name), windowKey(name, ms), probeKey(name, rapid.IntRange(0, MaxProbeSlots-1).Draw(t, "slot")), bk} {
+		for _, k := range []string{layout.StateKey(name), layout.ProbeKey(name, rapid.IntRange(0, MaxProbeSlots-1).Draw(t, "slot")), bk} {
 			if stringLike(OverrideKeyPattern, k) {
 				t.Fatalf("pattern %q matches %q, which is not an override item", OverrideKeyPattern, k)
 			}
 		}
 	})
-}
-
-func TestBreakerKeys(t *testing.T) {
-	if got := stateKey("payments"); got != "c#payments" {
-		t.Errorf("stateKey = %q", got)
-	}
-	if got := overrideKey("payments"); got != "c#payments#override" {
-		t.Errorf("overrideKey = %q", got)
-	}
-	if got := windowKey("payments", 1_700_000_000_000); got != "c#payments#w#1700000000000" {
-		t.Errorf("windowKey = %q", got)
-	}
-	if got := probeKey("payments", 2); got != "c#payments#p#2" {
-		t.Errorf("probeKey = %q", got)
-	}
 }
 
 func TestTTLSecondsRoundsUp(t *testing.T) {

@@ -2,17 +2,21 @@ package dynamo
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/herdguard/herdguard/budget"
 )
 
 // Stats are a store's cumulative DynamoDB request counts. Each count is of
 // requests the store made (an SDK retry inside one request is not counted
-// again). Items are small (under 1 KB, except a fleet window with thousands
-// of reporters), so on an on-demand table a write costs one write request
-// unit, refused or not, and a read of one item half a read request unit.
+// again). Every item the stores write is under 1 KB, so on an on-demand
+// table a write costs one write request unit, refused or not, and a read
+// of one item half a read request unit.
 type Stats struct {
 	// Reads counts read requests: GetItem, and BatchGetItem of a breaker's
 	// two items (which costs as much as two GetItems but takes one round
@@ -117,4 +121,21 @@ func answer[T any](out *T, err error) (*T, error) {
 		return nil, errNoOutput
 	}
 	return out, err
+}
+
+// markThrottled makes an error by which DynamoDB refused a request for lack of
+// capacity (ProvisionedThroughputExceededException, ThrottlingException,
+// RequestLimitExceeded, recognised by their error codes) also satisfy
+// errors.Is(err, budget.ErrThrottled). Other errors are returned as they
+// are.
+func markThrottled(err error) error {
+	var ae smithy.APIError
+	if err == nil || !errors.As(err, &ae) {
+		return err
+	}
+	switch ae.ErrorCode() {
+	case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded":
+		return fmt.Errorf("%w: %w", budget.ErrThrottled, err)
+	}
+	return err
 }

@@ -26,6 +26,7 @@ func conditionalUpdate(ctx context.Context, api API, table string, c *counters, 
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}))
+	err = markThrottled(err)
 	done(err)
 	return out, err
 }

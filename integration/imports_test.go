@@ -8,8 +8,10 @@ import (
 
 // TestImportRules keeps the dependency graph pointing one way, as
 // docs/ARCHITECTURE.md draws it: retry → budget, breaker; local, dynamo →
-// budget, breaker; and the AWS SDK only in dynamo, integration, cmd and
-// examples.
+// budget, breaker (local through internal/memstore, dynamo sharing
+// internal/layout with it); and the AWS SDK only in dynamo, integration,
+// cmd and examples. Packages under internal/ count by their first two
+// path elements.
 func TestImportRules(t *testing.T) {
 	const mod = "github.com/herdguard/herdguard"
 	out, err := exec.Command("go", "list", "-deps=false", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", mod+"/...").CombinedOutput()
@@ -18,18 +20,22 @@ func TestImportRules(t *testing.T) {
 	}
 	// allowed lists, per top-level package, the module packages it may import.
 	allowed := map[string][]string{
-		"budget":  {"budget"},
-		"breaker": {"budget", "breaker"},
-		"local":   {"budget", "breaker"},
-		"dynamo":  {"budget", "breaker"},
-		"retry":   {"budget", "breaker"},
+		"budget":            {"budget"},
+		"breaker":           {"budget", "breaker"},
+		"local":             {"budget", "breaker", "internal/memstore"},
+		"dynamo":            {"budget", "breaker", "internal/layout"},
+		"retry":             {"budget", "breaker"},
+		"internal/memstore": {"budget", "breaker", "internal/capacity", "internal/layout"},
+		"internal/layout":   {},
+		"internal/capacity": {},
 	}
-	awsFree := map[string]bool{"budget": true, "breaker": true, "local": true, "retry": true}
+	awsFree := map[string]bool{"budget": true, "breaker": true, "local": true, "retry": true,
+		"internal/memstore": true, "internal/layout": true, "internal/capacity": true}
 	seen := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, imports, _ := strings.Cut(line, ":")
 		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, mod), "/")
-		top, _, _ := strings.Cut(rel, "/")
+		top := topOf(rel)
 		rules, ok := allowed[top]
 		if !ok {
 			continue // cmd, examples, integration may import anything
@@ -37,7 +43,7 @@ func TestImportRules(t *testing.T) {
 		seen++
 		for _, imp := range strings.Fields(imports) {
 			if strings.HasPrefix(imp, mod+"/") {
-				impTop, _, _ := strings.Cut(strings.TrimPrefix(imp, mod+"/"), "/")
+				impTop := topOf(strings.TrimPrefix(imp, mod+"/"))
 				if !contains(rules, impTop) {
 					t.Errorf("%s imports %s: %s may only import %v", rel, imp, top, rules)
 				}
@@ -55,9 +61,19 @@ func TestImportRules(t *testing.T) {
 			}
 		}
 	}
-	if seen < 5 {
-		t.Fatalf("checked %d library packages, want at least 5 (budget, breaker, local, dynamo, retry)", seen)
+	if seen < 8 {
+		t.Fatalf("checked %d library packages, want at least 8 (budget, breaker, local, dynamo, retry, internal/memstore, internal/layout, internal/capacity)", seen)
 	}
+}
+
+// topOf returns the package's first path element, or its first two under
+// internal/.
+func topOf(rel string) string {
+	parts := strings.SplitN(rel, "/", 3)
+	if parts[0] == "internal" && len(parts) > 1 {
+		return parts[0] + "/" + parts[1]
+	}
+	return parts[0]
 }
 
 func contains(xs []string, x string) bool {

@@ -24,6 +24,7 @@ import (
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
 	"github.com/herdguard/herdguard/integration/faultproxy"
+	"github.com/herdguard/herdguard/internal/memstore"
 	"github.com/herdguard/herdguard/local"
 )
 
@@ -616,7 +617,7 @@ func TestReliabilityGlobalBoundConcurrent(t *testing.T) {
 		perRequest := max(int64(math.Floor(ratio*float64(budget.AllowancePerRetry)+1e-6)), 1)
 		var faults atomic.Uint64
 		faults.Store(rapid.Uint64().Draw(rt, "faultSeed"))
-		inner := local.NewBudgetStoreWithOptions(local.StoreOptions{Fault: func(ctx context.Context, _ string) error {
+		inner := memstore.NewBudgetStore(memstore.Options{Fault: func(ctx context.Context, _ string) error {
 			// Short waits widen the races between environments.
 			time.Sleep(time.Duration(faults.Add(7919)%200) * time.Microsecond)
 			return nil

@@ -33,7 +33,6 @@
 // (both pass budget/budgettest and breaker/breakertest), which makes them
 // the reference for tests and simulations, and the right choice when a
 // "fleet" is several Breakers or Global budgets inside one process. Both
-// validate names with budget.ValidateName, honour ctx, and offer hooks for
-// tests through StoreOptions: Fault injects errors or latency before any
-// operation, and Reads/Writes count calls the way DynamoDB would bill them.
+// validate names with budget.ValidateName, honour ctx, and count their calls
+// (Stats).
 package local

@@ -99,7 +99,7 @@ func ExampleBudgetStore() {
 	fmt.Println("left:", left)
 	left, err := s.Apply(ctx, k, budget.Update{Floor: 3, Take: 5})
 	fmt.Println("refused:", errors.Is(err, budget.ErrInsufficient), "left:", left)
-	fmt.Println("writes:", s.Writes())
+	fmt.Println("writes:", s.Stats().Writes)
 	// Output:
 	// left: 4
 	// refused: true left: 4

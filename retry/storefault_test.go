@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/memstore"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -19,7 +20,7 @@ import (
 func TestStoreFaultIsReportedFailOpenAndClosed(t *testing.T) {
 	storeDown := errors.New("table unreachable")
 	for _, failClosed := range []bool{false, true} {
-		store := local.NewBudgetStoreWithOptions(local.StoreOptions{
+		store := memstore.NewBudgetStore(memstore.Options{
 			Fault: func(context.Context, string) error { return storeDown },
 		})
 		now := time.Unix(1_700_000_000, 0)

@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) breaker.Store) {
 	t.Run("ReportOtherEpochConflicts", s.reportOtherEpochConflicts)
 	t.Run("TransitionEmptiesBuckets", s.transitionEmptiesBuckets)
 	t.Run("ReportRejectsBadInput", s.reportRejectsBadInput)
+	t.Run("ReportAnswersNoOverride", s.reportAnswersNoOverride)
 	t.Run("ConcurrentReports", s.concurrentReports)
 	t.Run("ProbeLimit", s.probeLimit)
 	t.Run("ProbeOtherEpochFreesSlot", s.probeOtherEpochFreesSlot)
@@ -406,10 +407,6 @@ func (s *suite) reportAccumulates(t *testing.T) {
 	mustReport(t, st, name, breaker.Report{Bucket: n + 1, Requests: 1, Successes: 1, Samples: 1}, want)
 	want.WatchUntil = watch.Add(time.Second)
 	mustReport(t, st, name, breaker.Report{Bucket: n + 1, WatchUntil: watch.Add(time.Second)}, want)
-	// A report with no counts (an alarm) leaves the buckets alone, even
-	// one that would replace a slot.
-	want.WatchUntil = watch.Add(2 * time.Second)
-	mustReport(t, st, name, breaker.Report{Bucket: n + breaker.FleetSlots, WatchUntil: watch.Add(2 * time.Second)}, want)
 	// Reports do not touch the state, and Load answers the same.
 	mustLoad(t, st, name, want)
 }
@@ -489,6 +486,35 @@ func (s *suite) reportRejectsBadInput(t *testing.T) {
 		}
 	}
 	mustLoad(t, st, name, breaker.Snapshot{})
+}
+
+// reportAnswersNoOverride checks that Report's answer, success or
+// conflict, carries no override (reading it would cost a read per
+// report), and that the override stays stored.
+func (s *suite) reportAnswersNoOverride(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	n := bucket0()
+	until := base().Add(time.Hour)
+	setOverride(t, st, name, breaker.ForcedClosed, until)
+	var want breaker.Snapshot
+	want.Buckets[slotOf(n)] = breaker.Bucket{Num: n, Requests: 2, Failures: 2, Samples: 2}
+	mustReport(t, st, name, breaker.Report{Bucket: n, Requests: 2, Failures: 2, Samples: 2}, want)
+	withOverride := want
+	withOverride.Override, withOverride.OverrideUntil = breaker.ForcedClosed, until
+	mustLoad(t, st, name, withOverride)
+
+	open := breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: base().Add(30 * time.Second)}
+	wantOpen := open
+	wantOpen.Override, wantOpen.OverrideUntil = breaker.ForcedClosed, until
+	mustTransition(t, st, name, 0, open, wantOpen)
+	got, err := report(t, st, name, breaker.Report{Epoch: 0, Bucket: n, Requests: 1, Successes: 1, Samples: 1})
+	if !errors.Is(err, breaker.ErrConflict) {
+		t.Fatalf("Report of epoch 0 at epoch 1: error %v, want one satisfying errors.Is(err, breaker.ErrConflict)", err)
+	}
+	if !equal(got, open) {
+		t.Fatalf("Report of epoch 0 refused with %s, want the current state without its override %s", format(got), format(open))
+	}
 }
 
 func (s *suite) concurrentReports(t *testing.T) {

@@ -605,10 +605,10 @@ func TestHealthyInvocationsWriteNothing(t *testing.T) {
 		}
 		clock.Sleep(context.Background(), 10*time.Millisecond) // 200 ms in all: within one CacheTTL
 	}
-	if w := f.budgets.Writes() + f.breakers.Writes(); w != 0 {
+	if w := f.budgets.Stats().Writes + f.breakers.Stats().Writes; w != 0 {
 		t.Errorf("%d store writes on the healthy path, want 0", w)
 	}
-	if r := f.breakers.Reads(); r != 1 {
+	if r := f.breakers.Stats().Reads; r != 1 {
 		t.Errorf("%d breaker reads in one CacheTTL, want 1", r)
 	}
 	if f.emf.String() != "" {
@@ -636,13 +636,13 @@ func TestFlushReportsPendingRequests(t *testing.T) {
 	if resp := f.handle(t, context.Background(), request("fails-once")); resp.StatusCode != http.StatusOK {
 		t.Fatalf("got %d", resp.StatusCode)
 	}
-	if w := f.budgets.Writes(); w != 1 {
+	if w := f.budgets.Stats().Writes; w != 1 {
 		t.Fatalf("%d budget writes after one global retry, want 1 (the lease, with the request deposited)", w)
 	}
 	if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusOK {
 		t.Fatalf("got %d", resp.StatusCode)
 	}
-	if w := f.budgets.Writes(); w != 2 {
+	if w := f.budgets.Stats().Writes; w != 2 {
 		t.Errorf("%d budget writes after a healthy invocation in the same window, want 2 (its request flushed)", w)
 	}
 }

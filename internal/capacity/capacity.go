@@ -9,8 +9,9 @@
 //
 //   - Item size is the sum, over its attributes, of the attribute name's
 //     length in UTF-8 bytes plus the value's size: a string is its UTF-8
-//     length; a number is about one byte per two significant digits plus
-//     one (NumberSize); a binary value its length; a boolean or null one
+//     length; a number is one byte per pair of significant digits plus
+//     one, pairs counted from the decimal point, plus one if negative
+//     (NumberSize); a binary value its length; a boolean or null one
 //     byte; a set the sum of its elements (numbers sized as above); a map or
 //     list 3 bytes plus, per element, one byte and the element's size.
 //   - A write (PutItem, UpdateItem, DeleteItem) consumes
@@ -40,10 +41,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 // DynamoDB's documented figures.
@@ -112,23 +113,48 @@ func (it *Item) Raw(name string, valueBytes int) *Item {
 }
 
 // NumberSize returns the size DynamoDB bills for a number given as a
-// decimal string: one byte per two significant digits, rounded up, plus
-// one. A leading sign, leading zeros, trailing zeros (after the
-// significant digits, on either side of the point) and the point itself
-// are not significant. Zero is one byte.
+// decimal string (an optional sign, digits with an optional point, an
+// optional exponent). AWS documents it as "approximately one byte per two
+// significant digits, plus one"; exactly, as DynamoDB stores numbers, it is
+// one byte for the exponent, one per base-100 digit of the mantissa (the
+// decimal digits in pairs aligned on the decimal point, leading and
+// trailing zero pairs dropped) and one more for a negative number. Zero is
+// one byte. DynamoDB Local 3.3.1 bills exactly this (measured: 150 and 1.5
+// are 3 bytes, 1,500 is 2, -1 is 3). Text that is not a number is sized as
+// its digits.
 func NumberSize(value string) int {
+	neg := strings.HasPrefix(value, "-")
 	digits := strings.TrimLeft(value, "+-")
+	exp := 0
 	if i := strings.IndexAny(digits, "eE"); i >= 0 {
-		digits = digits[:i] // the exponent is not stored as digits
+		exp, _ = strconv.Atoi(digits[i+1:]) // the exponent is not stored as digits
+		digits = digits[:i]
 	}
-	digits = strings.Replace(digits, ".", "", 1)
-	digits = strings.TrimLeft(digits, "0")
-	digits = strings.TrimRight(digits, "0")
-	n := utf8.RuneCountInString(digits)
+	// point: how many of the digits stand before the decimal point.
+	point := len(digits)
+	if i := strings.IndexByte(digits, '.'); i >= 0 {
+		point = i
+		digits = digits[:i] + digits[i+1:]
+	}
+	point += exp
+	trimmed := strings.TrimLeft(digits, "0")
+	point -= len(digits) - len(trimmed)
+	digits = strings.TrimRight(trimmed, "0")
+	n := len(digits)
 	if n == 0 {
 		return 1
 	}
-	return (n+1)/2 + 1
+	// Align the pairs on the decimal point: a digit in front if an odd
+	// number of digits stands before the point, one behind to fill the
+	// last pair.
+	if point%2 != 0 {
+		n++
+	}
+	size := (n+1)/2 + 1
+	if neg {
+		size++
+	}
+	return size
 }
 
 // WriteUnits returns the write units of a write to an item that was before
@@ -178,8 +204,20 @@ type Meter struct {
 
 type load struct {
 	sec    int64
-	writes float64
+	writes float64 // units consumed in sec
 	reads  float64
+	// pendingWrites and pendingReads are the estimates of reservations
+	// made in sec and not settled yet; they count towards the limits.
+	pendingWrites float64
+	pendingReads  float64
+}
+
+// side returns the consumed and pending units of l's writes or reads.
+func (l *load) side(write bool) (used, pending *float64) {
+	if write {
+		return &l.writes, &l.pendingWrites
+	}
+	return &l.reads, &l.pendingReads
 }
 
 // Stats are a Meter's totals.
@@ -233,18 +271,12 @@ func (m *Meter) Write(key string, now time.Time, before, after int) error {
 		m.stats.TooLarge++
 		return ErrItemTooLarge
 	}
-	l := m.loadLocked(key, now)
-	if m.cfg.Throttle && l.writes+units > m.cfg.WriteUnitsPerSecond {
-		m.stats.ThrottledWrites++
-		return ErrThrottled
+	l, err := m.admitLocked(key, now, true, units)
+	if err != nil {
+		return err
 	}
-	l.writes += units
-	m.stats.Writes++
-	m.stats.WriteUnits += units
+	m.consumeLocked(key, l, l.sec, true, units)
 	m.stats.LargestItem = max(m.stats.LargestItem, before, after)
-	if l.writes > m.stats.PeakItemWriteUnits {
-		m.stats.PeakItemWriteUnits, m.stats.HottestWriteItem, m.stats.PeakWriteSecond = l.writes, key, l.sec
-	}
 	return nil
 }
 
@@ -255,18 +287,116 @@ func (m *Meter) Read(key string, now time.Time, size int, consistent bool) error
 	units := ReadUnits(size, consistent)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l := m.loadLocked(key, now)
-	if m.cfg.Throttle && l.reads+units > m.cfg.ReadUnitsPerSecond {
-		m.stats.ThrottledReads++
-		return ErrThrottled
+	l, err := m.admitLocked(key, now, false, units)
+	if err != nil {
+		return err
 	}
-	l.reads += units
-	m.stats.Reads++
-	m.stats.ReadUnits += units
-	if l.reads > m.stats.PeakItemReadUnits {
-		m.stats.PeakItemReadUnits, m.stats.HottestReadItem, m.stats.PeakReadSecond = l.reads, key, l.sec
-	}
+	m.consumeLocked(key, l, l.sec, false, units)
 	return nil
+}
+
+// Reservation is a request admitted on an estimate of its units, whose
+// real units are known only once it has been served: a proxy in front of
+// a database decides to throttle before forwarding, from the item's last
+// known size, and learns what the request consumed from the answer.
+type Reservation struct {
+	m        *Meter
+	key      string
+	sec      int64 // the second whose bucket holds the estimate
+	write    bool
+	estimate float64
+	settled  bool
+}
+
+// ReserveWrite admits a write of key at now estimated at estimate units,
+// or throttles it (ErrThrottled) as Write does. The estimate counts
+// towards the item's limit until the reservation is settled.
+func (m *Meter) ReserveWrite(key string, now time.Time, estimate float64) (*Reservation, error) {
+	return m.reserve(key, now, true, estimate)
+}
+
+// ReserveRead is ReserveWrite for a read.
+func (m *Meter) ReserveRead(key string, now time.Time, estimate float64) (*Reservation, error) {
+	return m.reserve(key, now, false, estimate)
+}
+
+func (m *Meter) reserve(key string, now time.Time, write bool, estimate float64) (*Reservation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, err := m.admitLocked(key, now, write, estimate)
+	if err != nil {
+		return nil, err
+	}
+	_, pending := l.side(write)
+	*pending += estimate
+	return &Reservation{m: m, key: key, sec: l.sec, write: write, estimate: estimate}, nil
+}
+
+// Settle replaces the reservation's estimate by the units the request
+// consumed, in the second it was admitted in: 0 for a request that
+// consumed nothing (it failed before it was applied), which is then not
+// counted. Only the first call counts.
+func (r *Reservation) Settle(units float64) {
+	m := r.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r.settled {
+		return
+	}
+	r.settled = true
+	l := m.items[r.key]
+	if l == nil || l.sec != r.sec {
+		l = nil // the second is over: only the totals change
+	} else {
+		_, pending := l.side(r.write)
+		*pending -= r.estimate
+	}
+	if units > 0 {
+		m.consumeLocked(r.key, l, r.sec, r.write, units)
+	}
+}
+
+// admitLocked returns key's load in the second of now, or ErrThrottled
+// (counted) if units more would take it past the limit. m.mu must be held.
+func (m *Meter) admitLocked(key string, now time.Time, write bool, units float64) (*load, error) {
+	l := m.loadLocked(key, now)
+	used, pending := l.side(write)
+	limit := m.cfg.ReadUnitsPerSecond
+	if write {
+		limit = m.cfg.WriteUnitsPerSecond
+	}
+	if m.cfg.Throttle && *used+*pending+units > limit {
+		if write {
+			m.stats.ThrottledWrites++
+		} else {
+			m.stats.ThrottledReads++
+		}
+		return nil, ErrThrottled
+	}
+	return l, nil
+}
+
+// consumeLocked counts a request of units in the totals and, if l is not
+// nil, in its second sec, keeping the peaks. m.mu must be held.
+func (m *Meter) consumeLocked(key string, l *load, sec int64, write bool, units float64) {
+	if write {
+		m.stats.Writes++
+		m.stats.WriteUnits += units
+	} else {
+		m.stats.Reads++
+		m.stats.ReadUnits += units
+	}
+	if l == nil {
+		return
+	}
+	used, _ := l.side(write)
+	*used += units
+	switch {
+	case write && *used > m.stats.PeakItemWriteUnits:
+		m.stats.PeakItemWriteUnits, m.stats.HottestWriteItem, m.stats.PeakWriteSecond = *used, key, sec
+	case !write && *used > m.stats.PeakItemReadUnits:
+		m.stats.PeakItemReadUnits, m.stats.HottestReadItem, m.stats.PeakReadSecond = *used, key, sec
+	}
 }
 
 // Stats returns the totals so far.

@@ -11,8 +11,16 @@ func TestNumberSize(t *testing.T) {
 		v    string
 		want int
 	}{
-		{"0", 1}, {"7", 2}, {"12", 2}, {"123", 3}, {"1000", 2}, {"-1500", 2},
-		{"0.001", 2}, {"1700000000000", 2}, {"1700000000123", 8}, {"3.14159", 4},
+		{"0", 1}, {"7", 2}, {"12", 2}, {"123", 3}, {"1000", 2},
+		{"0.001", 2}, {"1700000000123", 8},
+		// Measured on DynamoDB Local 3.3.1 (the smallest padding that takes
+		// an item past 1 KB): digits pair up from the decimal point, and a
+		// negative number takes one byte more.
+		{"150", 3}, {"15000", 3}, {"1500", 2}, {"2100000", 3}, {"3000000", 2}, {"100000", 2},
+		{"1.5", 3}, {"0.5", 2}, {"0.05", 2}, {"3.14159", 5}, {"1230", 3}, {"12300", 3},
+		{"-1", 3}, {"-12", 3}, {"-150", 4}, {"-1500", 3}, {"-0.001", 3},
+		{"1700000000", 2}, {"1700000000000", 3}, {"1700000070", 6}, {"1700000080", 6},
+		{"1E+3", 2}, {"1.5e-3", 2}, {"99999999999999999999999999999999999999", 20},
 	} {
 		if got := NumberSize(c.v); got != c.want {
 			t.Errorf("NumberSize(%q) = %d, want %d", c.v, got, c.want)
@@ -63,5 +71,49 @@ func TestMeterThrottlesHotItem(t *testing.T) {
 	s := m.Stats()
 	if s.PeakItemWriteUnits != 1000 || s.HottestWriteItem != "hot" || s.ThrottledWrites != 500 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// A reservation holds its estimate against the limit until it is settled
+// with the units really consumed; a settlement of 0 counts no request.
+func TestReservations(t *testing.T) {
+	m := NewMeter(Config{Throttle: true})
+	t0 := time.Unix(1_700_000_000, 0)
+	r1, err := m.ReserveWrite("hot", t0, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.ReserveWrite("hot", t0, 500); !errors.Is(err, ErrThrottled) {
+		t.Fatalf("600 units pending + 500 in one second: %v, want ErrThrottled", err)
+	}
+	r1.Settle(300) // the request consumed less than estimated
+	r2, err := m.ReserveWrite("hot", t0.Add(time.Millisecond), 500)
+	if err != nil {
+		t.Fatalf("300 consumed + 500: %v", err)
+	}
+	r2.Settle(0) // failed without consuming anything
+	r2.Settle(9) // only the first settlement counts
+	r4, err := m.ReserveWrite("hot", t0.Add(2*time.Millisecond), 700)
+	if err != nil {
+		t.Fatalf("300 consumed + 700: %v", err)
+	}
+	r4.Settle(700)
+	if err := m.Write("hot", t0.Add(3*time.Millisecond), 0, 1); !errors.Is(err, ErrThrottled) {
+		t.Fatalf("1,000 consumed + 1: %v, want ErrThrottled", err)
+	}
+	r3, err := m.ReserveRead("hot", t0.Add(999*time.Millisecond), 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Read("hot", t0.Add(time.Second), 100, false); err != nil { // a new second
+		t.Fatal(err)
+	}
+	r3.Settle(1) // its second is over: the totals only
+	s := m.Stats()
+	if s.Writes != 2 || s.WriteUnits != 1000 || s.PeakItemWriteUnits != 1000 || s.ThrottledWrites != 2 {
+		t.Fatalf("writes: %+v", s)
+	}
+	if s.Reads != 2 || s.ReadUnits != 1.5 || s.PeakItemReadUnits != 0.5 {
+		t.Fatalf("reads: %+v", s)
 	}
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
-	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/internal/memstore"
 )
 
 // Stores are the shared stores of one strategy run: every environment's
@@ -26,14 +26,15 @@ type Backend interface {
 	Close(ctx context.Context) error
 }
 
-// MemoryBackend shares stores in process memory: local.BudgetStore and
-// local.BreakerStore, which answer as the DynamoDB stores do.
+// MemoryBackend shares stores in process memory: memstore's BudgetStore and
+// BreakerStore (package local's, with their counters), which answer as the
+// DynamoDB stores do.
 type MemoryBackend struct{}
 
 // Stores returns a fresh in-memory budget store and breaker store.
 func (MemoryBackend) Stores(context.Context) (Stores, error) {
-	bs := local.NewBudgetStore()
-	cs := local.NewBreakerStore()
+	bs := memstore.NewBudgetStore(memstore.Options{})
+	cs := memstore.NewBreakerStore(memstore.Options{})
 	return Stores{
 		Budget:  bs,
 		Breaker: cs,

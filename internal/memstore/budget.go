@@ -1,4 +1,4 @@
-package local
+package memstore
 
 import (
 	"context"
@@ -8,19 +8,18 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // BudgetStore is an in-memory budget.Store: the allowance of every window
-// shard in a map behind a mutex. It serves tests, simulations and fleets
-// that live in one process; its answers are those the DynamoDB store gives
-// (window starts are kept to the millisecond, as in the DynamoDB key).
+// shard in a map behind a mutex. Its answers are those the DynamoDB store
+// gives (window starts are kept to the millisecond, as in the DynamoDB key).
 //
-// Reads and Writes count calls (every Apply is a write), for simulations
-// that report store traffic. The zero value is not usable; call
-// NewBudgetStore or NewBudgetStoreWithOptions.
+// Reads and Writes count calls (every Apply is a write). The zero value is
+// not usable; call NewBudgetStore.
 type BudgetStore struct {
 	counters
-	opts StoreOptions // immutable
+	opts Options // immutable
 
 	// mu guards items and sweep. Invariant: every stored allowance is
 	// >= 0; an item is created only by an Apply that succeeds.
@@ -44,14 +43,9 @@ type budgetItem struct {
 
 var _ budget.Store = (*BudgetStore)(nil)
 
-// NewBudgetStore returns an empty in-memory budget.Store.
-func NewBudgetStore() *BudgetStore {
-	return NewBudgetStoreWithOptions(StoreOptions{})
-}
-
-// NewBudgetStoreWithOptions returns an empty in-memory budget.Store with
-// test hooks and a clock for expiry.
-func NewBudgetStoreWithOptions(o StoreOptions) *BudgetStore {
+// NewBudgetStore returns an empty in-memory budget.Store with the hooks of
+// o.
+func NewBudgetStore(o Options) *BudgetStore {
 	return &BudgetStore{opts: o, items: make(map[budgetKey]budgetItem)}
 }
 
@@ -64,7 +58,9 @@ func NewBudgetStoreWithOptions(o StoreOptions) *BudgetStore {
 //
 // It fails without touching the store if ctx is done, if k.Name fails
 // budget.ValidateName, if k.Shard or a field of u is negative, or if the
-// sum would overflow.
+// sum would overflow; and, with a Meter, if the write is throttled
+// (errors.Is(err, budget.ErrThrottled)). A refusal is billed as a write
+// of the item as it stands.
 func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) (int64, error) {
 	s.writes.Add(1)
 	if err := checkUpdate(k, u); err != nil {
@@ -77,7 +73,8 @@ func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) 
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sweepLocked()
+	now := s.opts.now()
+	s.sweepLocked(now)
 	item, ok := s.items[key]
 	old := item.allowance
 	if !ok {
@@ -87,10 +84,25 @@ func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) 
 		return old, fmt.Errorf("local: budget store apply %s: allowance %d plus deposit %d overflows", k, old, u.Deposit)
 	}
 	next := old + u.Deposit - u.Take
+	updated := budgetItem{allowance: next, expires: toMilli(u.Expires)}
+	if s.opts.Meter != nil {
+		pk := layout.BudgetKey(k.Name, k.Shard, key.window)
+		before := 0
+		if ok {
+			before = budgetItemSize(pk, item.allowance, item.expires)
+		}
+		after := before // a refusal is billed on the item as it stands
+		if next >= 0 {
+			after = budgetItemSize(pk, updated.allowance, updated.expires)
+		}
+		if err := s.opts.write(pk, now, before, after); err != nil {
+			return 0, fmt.Errorf("local: budget store apply %s: %w", k, err)
+		}
+	}
 	if next < 0 {
 		return old, fmt.Errorf("local: budget store apply %s: %w: holds %d, deposit %d, take %d", k, budget.ErrInsufficient, old, u.Deposit, u.Take)
 	}
-	s.items[key] = budgetItem{allowance: next, expires: toMilli(u.Expires)}
+	s.items[key] = updated
 	return next, nil
 }
 
@@ -117,8 +129,7 @@ func checkUpdate(k budget.Key, u budget.Update) error {
 
 // sweepLocked drops expired items, at most once per sweepEvery. s.mu must
 // be held.
-func (s *BudgetStore) sweepLocked() {
-	now := s.opts.now()
+func (s *BudgetStore) sweepLocked(now time.Time) {
 	if !s.sweep.due(now) {
 		return
 	}

@@ -1,0 +1,115 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
+)
+
+// Every way DynamoDB refuses a request for lack of capacity is an error
+// satisfying errors.Is(err, budget.ErrThrottled), from every request of
+// both stores, with the SDK's error still reachable; other faults are not.
+func TestThrottlingIsErrThrottled(t *testing.T) {
+	wrap := func(op string, err error) error {
+		return &smithy.OperationError{ServiceID: "DynamoDB", OperationName: op, Err: err}
+	}
+	msg := aws.String("Rate of requests exceeds the allowed throughput")
+	for _, c := range []struct {
+		name      string
+		err       error
+		throttled bool
+	}{
+		{"ProvisionedThroughputExceededException", &types.ProvisionedThroughputExceededException{Message: msg}, true},
+		{"ThrottlingException", &types.ThrottlingException{Message: msg}, true},
+		{"RequestLimitExceeded", &types.RequestLimitExceeded{Message: msg}, true},
+		// An error the SDK could not map to a modelled type keeps its code.
+		{"generic ThrottlingException", &smithy.GenericAPIError{Code: "ThrottlingException", Message: *msg}, true},
+		{"InternalServerError", &types.InternalServerError{Message: aws.String("boom")}, false},
+		{"ValidationException", &smithy.GenericAPIError{Code: "ValidationException", Message: "Item size has exceeded the maximum allowed size"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			api := &fakeAPI{
+				batchGetItem: func(*dynamodb.BatchGetItemInput) (*dynamodb.BatchGetItemOutput, error) {
+					return nil, wrap("BatchGetItem", c.err)
+				},
+				updateItem: func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+					return nil, wrap("UpdateItem", c.err)
+				},
+			}
+			bs, err := NewBudgetStore(api, "herdguard", BudgetStoreConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seen []error
+			cs, err := NewBreakerStore(api, "herdguard", BreakerStoreConfig{OnRequest: func(ri RequestInfo) { seen = append(seen, ri.Err) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			now := time.UnixMilli(1_700_000_000_000)
+			_, errApply := bs.Apply(ctx, budget.Key{Name: "p", Window: now}, budget.Update{Take: 1, Expires: now.Add(time.Minute)})
+			_, errLoad := cs.Load(ctx, "p")
+			_, errReport := cs.Report(ctx, "p", breaker.Report{Bucket: now.Unix(), Requests: 1, Failures: 1, Samples: 1})
+			_, errTransition := cs.Transition(ctx, "p", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1})
+			_, errProbe := cs.AcquireProbe(ctx, "p", 1, 1, now, now.Add(time.Second))
+			errOverride := cs.SetOverride(ctx, "p", breaker.ForcedOpen, time.Time{})
+			for op, err := range map[string]error{"Apply": errApply, "Load": errLoad, "Report": errReport,
+				"Transition": errTransition, "AcquireProbe": errProbe, "SetOverride": errOverride} {
+				if got := errors.Is(err, budget.ErrThrottled); got != c.throttled {
+					t.Errorf("%s: errors.Is(%v, budget.ErrThrottled) = %v, want %v", op, err, got, c.throttled)
+				}
+				if !errors.Is(err, c.err) {
+					t.Errorf("%s: %v does not wrap the SDK's error", op, err)
+				}
+				if op != "Apply" && !errors.Is(err, breaker.ErrStore) {
+					t.Errorf("%s: %v is not a breaker.ErrStore", op, err)
+				}
+			}
+			for _, err := range seen {
+				if got := errors.Is(err, budget.ErrThrottled); got != c.throttled {
+					t.Errorf("OnRequest saw %v: errors.Is(err, budget.ErrThrottled) = %v, want %v", err, got, c.throttled)
+				}
+			}
+			if len(seen) != 5 {
+				t.Errorf("OnRequest saw %d requests, want 5", len(seen))
+			}
+
+			// The override read that follows a Transition's update.
+			api.updateItem = func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+				return &dynamodb.UpdateItemOutput{Attributes: attrs{"pk": sAV("c#p"), "state": sAV("open"), "epoch": nAV("1")}}, nil
+			}
+			api.getItem = func(*dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) { return nil, wrap("GetItem", c.err) }
+			_, err = cs.Transition(ctx, "p", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1})
+			if got := errors.Is(err, budget.ErrThrottled); got != c.throttled || !errors.Is(err, breaker.ErrStore) {
+				t.Errorf("Transition's GetItem: %v; errors.Is(err, budget.ErrThrottled) = %v, want %v", err, got, c.throttled)
+			}
+		})
+	}
+}
+
+// A BatchGetItem that leaves a key unprocessed (DynamoDB's answer when one
+// of the items is throttled) is a throttle too.
+func TestLoadUnprocessedIsErrThrottled(t *testing.T) {
+	api := &fakeAPI{batchGetItem: func(*dynamodb.BatchGetItemInput) (*dynamodb.BatchGetItemOutput, error) {
+		return &dynamodb.BatchGetItemOutput{
+			UnprocessedKeys: map[string]types.KeysAndAttributes{"herdguard": {Keys: []map[string]types.AttributeValue{{"pk": sAV("c#p")}}}},
+		}, nil
+	}}
+	cs, err := NewBreakerStore(api, "herdguard", BreakerStoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cs.Load(context.Background(), "p")
+	if !errors.Is(err, budget.ErrThrottled) || !errors.Is(err, breaker.ErrStore) {
+		t.Fatalf("Load with an unprocessed key: %v; want ErrThrottled and ErrStore", err)
+	}
+}
