@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/attempt"
 )
 
 // Permit is a call admitted by Allow. Pass it to Done with the call's
@@ -375,7 +376,7 @@ func (b *Breaker) allowSlow(ctx context.Context, now time.Time) (Permit, error) 
 		b.syncEffectiveLocked(now)
 		var d decision
 		if round < maxAllowRounds {
-			d = b.decideLocked(now)
+			d = b.decideLocked(now, attempt.IsRetry(ctx))
 		} else { // the fleet state kept moving under this call: give up on it
 			d.err = b.openError(max(b.effectiveLocked(now), Open), b.s.CacheTTL, false)
 		}
@@ -407,7 +408,7 @@ func (b *Breaker) allowSlow(ctx context.Context, now time.Time) (Permit, error) 
 }
 
 // decideLocked admits, rejects, or names the store call needed to decide.
-func (b *Breaker) decideLocked(now time.Time) decision {
+func (b *Breaker) decideLocked(now time.Time, retry bool) decision {
 	ov, until := b.overrideLocked(now)
 	switch ov {
 	case ForcedOpen:
@@ -419,12 +420,12 @@ func (b *Breaker) decideLocked(now time.Time) decision {
 	case Disabled:
 		return decision{permit: Permit{gen: b.gen, start: now, kind: permitUncounted}}
 	case ForcedClosed:
-		return b.admitLocked(now)
+		return b.admitLocked(now, retry)
 	}
 
 	switch b.state {
 	case Closed:
-		return b.admitLocked(now)
+		return b.admitLocked(now, retry)
 	case Open:
 		if b.sharedLocked() {
 			return b.decideFleetLocked(now)
@@ -620,9 +621,19 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-func (b *Breaker) admitLocked(now time.Time) decision {
+// admitLocked admits a call while closed: it samples it for the fleet's
+// counts (a first attempt only: a retry exists because an attempt failed,
+// see internal/attempt), and adaptive throttling may reject it.
+func (b *Breaker) admitLocked(now time.Time, retry bool) decision {
+	var w int32
+	if !retry {
+		w = b.sampleLocked(now)
+	}
+	if err := b.throttleLocked(now); err != nil {
+		return decision{err: err}
+	}
 	b.win.addRequest(now.UnixNano())
-	return decision{permit: Permit{gen: b.gen, start: now, weight: b.sampleLocked(now)}}
+	return decision{permit: Permit{gen: b.gen, start: now, weight: w}}
 }
 
 // freeProbeLocked returns a free local probe slot, or -1 and the time

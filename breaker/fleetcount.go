@@ -304,7 +304,7 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 		b.loadedAt = later(b.loadedAt, j.now)
 		b.staleAt.Store(b.freshUntilLocked(j.now))
 		ov, _ := b.overrideLocked(j.now)
-		if ov == NoOverride && b.gen == j.gen && b.sharedLocked() && b.state == Closed && b.snap.Epoch == j.epoch && b.fleetTripsLocked(j.now) {
+		if ov == NoOverride && !b.s.Adaptive && b.gen == j.gen && b.sharedLocked() && b.state == Closed && b.snap.Epoch == j.epoch && b.fleetTripsLocked(j.now) {
 			trip = job{
 				op:    opTransition,
 				gen:   b.gen,

@@ -46,15 +46,18 @@ func TestFleetGrid(t *testing.T) {
 //
 //   - at a true failure ratio at or below FailureRatio − 0.2 the fleet
 //     never opens, in any window, the first included;
+//
 //   - at FailureRatio + 0.2 or above it is open in every environment
 //     within 2 windows: the fleet opens within 2 windows, and from then
 //     on no first attempt reaches the partner until the open period can
 //     end (a probe, OpenDuration less jitter after the trip);
+//
 //   - no item takes more than 1,000 WCU/s or 3,000 RCU/s;
+//
 //   - healthy reads per call are at most 0.1 at 1,000 environments × 1
 //     call/s.
 //
-//	go test -count=1 -run 'TestFleetGridAcceptance$' -v ./breaker/
+//     go test -count=1 -run 'TestFleetGridAcceptance$' -v ./breaker/
 func TestFleetGridAcceptance(t *testing.T) {
 	g := fleetsim.BreakerGrid()
 	g.HealthyWindows, g.FailingWindows = 1, 3

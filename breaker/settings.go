@@ -145,6 +145,18 @@ type Settings struct {
 	// change, and may call the breaker's methods.
 	OnStateChange func(StateChange)
 
+	// Adaptive replaces the hard stop by adaptive throttling, fleet-wide:
+	// the breaker never trips to Open on the failure ratio (overrides still
+	// apply); instead, while the fleet counts failures, each call is
+	// admitted with the share of calls the partner can take, by the Google
+	// SRE book's client-side throttling over the fleet's sampled counts:
+	// 1 − (requests − 1.25 × accepted) / (requests + 1) over the latest few
+	// seconds, at least 2% (the probes that see the partner heal), and
+	// every call again as soon as the admitted calls succeed. Rejections
+	// are *OpenError values with Throttled set. It needs a Store: see the
+	// package documentation.
+	Adaptive bool
+
 	// Store, if not nil, shares the breaker's state with every process
 	// that names the same breaker in the same store. nil keeps the breaker
 	// purely in memory. The fields below apply only with a Store.
@@ -238,6 +250,10 @@ func (s Settings) resolve() (Settings, error) {
 		if s.Window.Milliseconds()%FleetSlots != 0 {
 			return s, settingsErr("Window", "is %v; with a Store it must be a whole multiple of %d ms (the fleet's window is kept as %d buckets)", s.Window, FleetSlots, FleetSlots)
 		}
+	}
+
+	if s.Adaptive && s.Store == nil {
+		return s, settingsErr("Adaptive", "needs a Store: it throttles on the fleet's counts")
 	}
 
 	if s.ConsecutiveFailures < 0 {

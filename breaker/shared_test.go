@@ -83,19 +83,29 @@ func flushAt(t testing.TB, b *breaker.Breaker, at time.Time) {
 	}
 }
 
+// watching makes e start the fleet's watch (or learn it) with a failure a
+// second before at: an environment samples its calls from the start of
+// the bucket after the one it learnt of the watch in, so e samples from
+// at on (buckets are 1 s by default, at is whole seconds in these tests).
+func watching(t testing.TB, e env, at time.Time) {
+	t.Helper()
+	calls(t, e.Breaker, at.Add(-time.Second), breaker.Failure, 1)
+}
+
 // tripFleet opens the breaker in store at `at` and returns two
-// environments: a, which read the fleet state (quiet, closed) a second
-// before, and b, which tripped it. b's first failure, a second before
-// `at`, starts the fleet's watch; its next 19 failures are sampled (Rand
-// is 0: every call) and reported with its failure at `at`, once
-// ReportInterval has passed: 20 sampled failures (MinRequests), each
-// counting for initialSampling (4) calls, trip the fleet at `at`.
+// environments: a, which read the fleet state (quiet, closed) two seconds
+// before, and b, which tripped it. b's first failure starts the fleet's
+// watch; its 20 failures a second before `at` are sampled (Rand is 0:
+// every call) and reported with its failure at `at`, once ReportInterval
+// has passed: 21 sampled failures (at least MinRequests), each counting
+// for initialSampling (4) calls, trip the fleet at `at`.
 func tripFleet(t *testing.T, store breaker.Store, at time.Time, mod func(*breaker.Settings)) (env, env) {
 	t.Helper()
 	a := newEnv(t, store, "a", mod)
 	b := newEnv(t, store, "b", mod)
 	before := at.Add(-breaker.DefaultReportInterval)
-	calls(t, a.Breaker, before, breaker.Success, 1)
+	calls(t, a.Breaker, before.Add(-time.Second), breaker.Success, 1)
+	watching(t, b, before)
 	calls(t, b.Breaker, before, breaker.Failure, 20)
 	calls(t, b.Breaker, at, breaker.Failure, 1)
 	snap, err := store.Load(ctx, "partner")

@@ -256,11 +256,19 @@ type OpenError struct {
 	RetryAfter time.Duration
 	// Forced is true when an operator's override rejected the call.
 	Forced bool
+	// Throttled is true when adaptive throttling (Settings.Adaptive)
+	// rejected the call, State being Closed; Admitting is the share of
+	// calls the fleet admitted then.
+	Throttled bool
+	Admitting float64
 }
 
 // Error names the breaker and the wait.
 func (e *OpenError) Error() string {
 	s := fmt.Sprintf("herdguard: circuit breaker %q is %s", e.Name, e.State)
+	if e.Throttled {
+		s = fmt.Sprintf("herdguard: circuit breaker %q is throttling (admitting %.0f%% of calls)", e.Name, 100*e.Admitting)
+	}
 	if e.Forced {
 		s += " (forced by operator)"
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	attemptctx "github.com/herdguard/herdguard/internal/attempt"
 )
 
 // Config configures an Executor. The zero value of every field means its
@@ -392,7 +393,11 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 	for attempt := 1; ; attempt++ {
 		if e.breaker != nil {
 			var err error
-			if permit, err = e.breaker.Allow(ctx, now); err != nil {
+			actx := ctx
+			if attempt > 1 {
+				actx = attemptctx.Retry(ctx) // not sampled for the fleet's counts
+			}
+			if permit, err = e.breaker.Allow(actx, now); err != nil {
 				release.Done(budget.RetryNotUsed)
 				return e.rejected(ctx, attempt-1, lastErr, err)
 			}
