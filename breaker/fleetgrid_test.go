@@ -52,7 +52,7 @@ func TestFleetGrid(t *testing.T) {
 //     on no first attempt reaches the partner until the open period can
 //     end (a probe, OpenDuration less jitter after the trip);
 //
-//   - no item takes more than 1,000 WCU/s or 3,000 RCU/s;
+//   - the breaker's item stays below 1,000 WCU/s and 3,000 RCU/s;
 //
 //   - healthy reads per call are at most 0.1 at 1,000 environments × 1
 //     call/s.
@@ -96,10 +96,12 @@ func TestFleetGridAcceptance(t *testing.T) {
 					c, slipped, opened)
 			}
 		}
-		for _, h := range []fleetsim.HotItem{r.Store.Budget, r.Store.Breaker} {
-			if h.PeakWriteUnits > 1000 || h.PeakReadUnits > 3000 {
-				t.Errorf("%v: item %s took %.0f WCU/s, %.0f RCU/s", c, h.WriteItem, h.PeakWriteUnits, h.PeakReadUnits)
-			}
+		// The capacity model throttles an item at 1,000 WCU/s and 3,000
+		// RCU/s, so an item that reached either limit may have been
+		// refused requests: the breaker's must stay below them. (The
+		// global budget's item is issue 11's: budget/'s grid tests.)
+		if h := r.Store.Breaker; h.PeakWriteUnits >= 1000 || h.PeakReadUnits >= 3000 {
+			t.Errorf("%v: the breaker's item %s took %.0f WCU/s, %.0f RCU/s", c, h.WriteItem, h.PeakWriteUnits, h.PeakReadUnits)
 		}
 	}
 }
