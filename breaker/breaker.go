@@ -530,7 +530,12 @@ func (b *Breaker) scheduleLocked(now time.Time) *fleetSchedule {
 		}
 	}
 	b.pendingArm = pendingArm{}
-	sc.writeAt = later(due, now).Add(sc.delay)
+	// Past due + delay (an environment that learns the epoch late: a
+	// caller whose calls are far apart, or one back from a freeze), the
+	// move may be made at once, on the state just read: a fresh read is
+	// what keeps environments from repeating each other's move, and
+	// postponing it would keep a sparse caller from ever probing.
+	sc.writeAt = due.Add(sc.delay)
 	return sc
 }
 

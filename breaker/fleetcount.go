@@ -181,9 +181,11 @@ func (b *Breaker) alarmLocked(now time.Time) job {
 	if !b.reportingLocked() || b.reportBusy || (!b.lastAlarm.IsZero() && now.Before(b.lastAlarm.Add(b.s.CacheTTL))) {
 		return job{}
 	}
+	j := job{op: opAlarm, gen: b.gen, epoch: b.snap.Epoch, now: now, prevReport: b.lastReport}
 	b.lastAlarm = now
+	b.lastReport = now // the alarm is this environment's report for ReportInterval
 	b.reportBusy = true
-	return job{op: opAlarm, gen: b.gen, epoch: b.snap.Epoch, now: now}
+	return j
 }
 
 // runAlarm starts the fleet's watch after a failure found it quiet. It
@@ -194,7 +196,7 @@ func (b *Breaker) alarmLocked(now time.Time) job {
 // would bias the estimate) and sets WatchUntil.
 func (b *Breaker) runAlarm(ctx context.Context, j job) error {
 	b.mu.Lock()
-	fresh := !j.now.Before(b.loadedAt.Add(b.s.CacheTTL / 10))
+	fresh := j.now.Before(b.loadedAt.Add(b.s.CacheTTL / 10))
 	b.mu.Unlock()
 	if !fresh {
 		b.staleAt.Store(0)
@@ -202,7 +204,12 @@ func (b *Breaker) runAlarm(ctx context.Context, j job) error {
 	}
 	b.mu.Lock()
 	if !b.reportingLocked() || b.gen != j.gen || b.state != Closed || b.held || b.watchingLocked(j.now) || ctx.Err() != nil {
+		// No alarm after all (most often: another environment started the
+		// watch): this environment wrote nothing.
 		b.reportBusy = false
+		if b.lastReport.Equal(j.now) {
+			b.lastReport = j.prevReport
+		}
 		b.mu.Unlock()
 		return nil
 	}

@@ -32,6 +32,9 @@ type job struct {
 	// opReport, opAlarm
 	now    time.Time
 	report Report
+	// opAlarm: the last report before the alarm, restored if the alarm
+	// writes nothing.
+	prevReport time.Time
 }
 
 type jobOp uint8

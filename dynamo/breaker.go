@@ -113,13 +113,20 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 		RequestItems: map[string]types.KeysAndAttributes{
 			s.table: {Keys: []map[string]types.AttributeValue{keyAttr(sk), keyAttr(ovk)}, ConsistentRead: aws.Bool(false)},
 		},
+		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
 	}))
 	err = markThrottled(err)
+	if err == nil {
+		for i := range out.ConsumedCapacity {
+			s.counters.consumed(opRead, &out.ConsumedCapacity[i])
+		}
+	}
 	done(err)
 	if err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem: %w", err))
 	}
 	if n := len(out.UnprocessedKeys[s.table].Keys); n > 0 {
+		s.counters.throttled.Add(1)
 		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem left %d of 2 keys unprocessed: %w", n, budget.ErrThrottled))
 	}
 	var stateAttrs, overrideAttrs map[string]types.AttributeValue
@@ -463,11 +470,15 @@ func (s *BreakerStore) readOverride(ctx context.Context, name string) (breaker.O
 	}
 	done := s.counters.instrument(s.cfg.OnRequest, opRead, "GetItem", key)
 	out, err := answer(s.api.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(s.table),
-		Key:            keyAttr(key),
-		ConsistentRead: aws.Bool(false),
+		TableName:              aws.String(s.table),
+		Key:                    keyAttr(key),
+		ConsistentRead:         aws.Bool(false),
+		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
 	}))
 	err = markThrottled(err)
+	if err == nil {
+		s.counters.consumed(opRead, out.ConsumedCapacity)
+	}
 	done(err)
 	if err != nil {
 		return breaker.NoOverride, time.Time{}, fmt.Errorf("GetItem: %w", err)
@@ -509,15 +520,19 @@ func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint
 			return -1, s.fail("AcquireProbe", name, err)
 		}
 		done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
-		_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(s.table),
 			Key:                       keyAttr(key),
 			UpdateExpression:          expr.Update(),
 			ConditionExpression:       expr.Condition(),
 			ExpressionAttributeNames:  expr.Names(),
 			ExpressionAttributeValues: expr.Values(),
+			ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
 		})
 		err = markThrottled(err)
+		if err == nil && out != nil { // the answer is not needed otherwise
+			s.counters.consumed(opWrite, out.ConsumedCapacity)
+		}
 		done(err)
 		if err == nil {
 			return slot, nil
@@ -603,14 +618,18 @@ func (s *BreakerStore) SetOverride(ctx context.Context, name string, o breaker.O
 		return s.fail("SetOverride", name, err)
 	}
 	done := s.counters.instrument(s.cfg.OnRequest, opWrite, "UpdateItem", key)
-	_, err = s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.table),
 		Key:                       keyAttr(key),
 		UpdateExpression:          expr.Update(),
 		ExpressionAttributeNames:  expr.Names(),
 		ExpressionAttributeValues: expr.Values(),
+		ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
 	})
 	err = markThrottled(err)
+	if err == nil && out != nil { // the answer is not needed otherwise
+		s.counters.consumed(opWrite, out.ConsumedCapacity)
+	}
 	done(err)
 	if err != nil {
 		return s.fail("SetOverride", name, fmt.Errorf("UpdateItem: %w", err))

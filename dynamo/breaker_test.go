@@ -637,7 +637,7 @@ func TestBreakerSetOverride(t *testing.T) {
 	s = newFakeBreakerStore(t, f, nil)
 	err = s.SetOverride(t.Context(), "p", breaker.ForcedOpen, time.Time{})
 	wantStoreError(t, "SetOverride", err, new(*types.ProvisionedThroughputExceededException))
-	if st := s.Stats(); st != (Stats{Writes: 1, Errors: 1}) {
+	if st := s.Stats(); st != (Stats{Writes: 1, Errors: 1, Throttled: 1}) {
 		t.Errorf("Stats = %+v", st)
 	}
 }

@@ -3,6 +3,7 @@ package dynamo
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -12,11 +13,12 @@ import (
 	"github.com/herdguard/herdguard/budget"
 )
 
-// Stats are a store's cumulative DynamoDB request counts. Each count is of
-// requests the store made (an SDK retry inside one request is not counted
-// again). Every item the stores write is under 1 KB, so on an on-demand
-// table a write costs one write request unit, refused or not, and a read
-// of one item half a read request unit.
+// Stats are a store's cumulative DynamoDB request counts and the capacity
+// DynamoDB reported they consumed. Each count is of requests the store made
+// (an SDK retry inside one request is not counted again). Every item the
+// stores write is under 1 KB, so on an on-demand table a write costs one
+// write request unit, refused or not, and an eventually consistent read of
+// one item half a read request unit.
 type Stats struct {
 	// Reads counts read requests: GetItem, and BatchGetItem of a breaker's
 	// two items (which costs as much as two GetItems but takes one round
@@ -34,6 +36,17 @@ type Stats struct {
 	// Malformed counts answers that held an item the store could not
 	// decode (see MalformedItemError).
 	Malformed int64
+	// Throttled counts requests DynamoDB refused for lack of capacity
+	// (errors.Is(err, budget.ErrThrottled)), BatchGetItems that left keys
+	// unprocessed included. They are counted in Errors too.
+	Throttled int64
+	// WriteUnits and ReadUnits add up the capacity units DynamoDB reported
+	// the requests consumed: every request asks for them
+	// (ReturnConsumedCapacity TOTAL). DynamoDB reports nothing for a
+	// request that failed, nor for a write refused by its condition,
+	// although such a write consumes write units as well (one per KB of
+	// the item as it stands; see ConditionalFailures).
+	WriteUnits, ReadUnits float64
 }
 
 // RequestInfo describes one DynamoDB request a store made, for
@@ -52,7 +65,10 @@ type RequestInfo struct {
 
 // counters is the mutable side of Stats; safe for concurrent use.
 type counters struct {
-	reads, writes, conditionalFailures, errors, malformed atomic.Int64
+	reads, writes, conditionalFailures, errors, malformed, throttled atomic.Int64
+	// writeHalves and readHalves count consumed units in halves (DynamoDB
+	// reports multiples of 0.5).
+	writeHalves, readHalves atomic.Int64
 }
 
 func (c *counters) stats() Stats {
@@ -62,6 +78,22 @@ func (c *counters) stats() Stats {
 		ConditionalFailures: c.conditionalFailures.Load(),
 		Errors:              c.errors.Load(),
 		Malformed:           c.malformed.Load(),
+		Throttled:           c.throttled.Load(),
+		WriteUnits:          float64(c.writeHalves.Load()) / 2,
+		ReadUnits:           float64(c.readHalves.Load()) / 2,
+	}
+}
+
+// consumed adds the capacity DynamoDB reported for a request (nil: none).
+func (c *counters) consumed(kind opKind, cc *types.ConsumedCapacity) {
+	if cc == nil || cc.CapacityUnits == nil {
+		return
+	}
+	halves := int64(math.Round(*cc.CapacityUnits * 2))
+	if kind == opRead {
+		c.readHalves.Add(halves)
+	} else {
+		c.writeHalves.Add(halves)
 	}
 }
 
@@ -92,6 +124,9 @@ func (c *counters) instrument(hook func(RequestInfo), kind opKind, op, key strin
 				c.conditionalFailures.Add(1)
 			} else {
 				c.errors.Add(1)
+				if errors.Is(err, budget.ErrThrottled) {
+					c.throttled.Add(1)
+				}
 			}
 		}
 		if hook != nil {

@@ -113,3 +113,77 @@ func TestLoadUnprocessedIsErrThrottled(t *testing.T) {
 		t.Fatalf("Load with an unprocessed key: %v; want ErrThrottled and ErrStore", err)
 	}
 }
+
+// Every request asks for its consumed capacity, and Stats adds up what
+// DynamoDB reports.
+func TestStatsAddConsumedCapacity(t *testing.T) {
+	units := func(u float64) *types.ConsumedCapacity {
+		return &types.ConsumedCapacity{TableName: aws.String("herdguard"), CapacityUnits: aws.Float64(u)}
+	}
+	var asked []types.ReturnConsumedCapacity
+	api := &fakeAPI{
+		batchGetItem: func(in *dynamodb.BatchGetItemInput) (*dynamodb.BatchGetItemOutput, error) {
+			asked = append(asked, in.ReturnConsumedCapacity)
+			return &dynamodb.BatchGetItemOutput{ConsumedCapacity: []types.ConsumedCapacity{*units(1)}}, nil
+		},
+		getItem: func(in *dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) {
+			asked = append(asked, in.ReturnConsumedCapacity)
+			return &dynamodb.GetItemOutput{ConsumedCapacity: units(0.5)}, nil
+		},
+		updateItem: func(in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+			asked = append(asked, in.ReturnConsumedCapacity)
+			switch pk := in.Key["pk"].(*types.AttributeValueMemberS).Value; {
+			case pk == "c#p":
+				return &dynamodb.UpdateItemOutput{Attributes: attrs{"pk": sAV("c#p"), "state": sAV("open"), "epoch": nAV("1")}, ConsumedCapacity: units(1)}, nil
+			case pk == "c#p#w#1700000000000":
+				return &dynamodb.UpdateItemOutput{Attributes: attrs{"successes": nAV("0"), "failures": nAV("1"), "envs": &types.AttributeValueMemberSS{Value: []string{"env"}}}, ConsumedCapacity: units(11)}, nil
+			case pk == "b#p#0#1700000000000":
+				return &dynamodb.UpdateItemOutput{Attributes: attrs{"allowance": nAV("2")}, ConsumedCapacity: units(1)}, nil
+			}
+			return &dynamodb.UpdateItemOutput{ConsumedCapacity: units(1)}, nil
+		},
+	}
+	bs, err := NewBudgetStore(api, "herdguard", BudgetStoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := NewBreakerStore(api, "herdguard", BreakerStoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.UnixMilli(1_700_000_000_000)
+	if _, err := bs.Apply(ctx, budget.Key{Name: "p", Window: now}, budget.Update{Floor: 3, Take: 1, Expires: now.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.Load(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.Report(ctx, "p", now, "env", 0, 1, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.Transition(ctx, "p", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.AcquireProbe(ctx, "p", 1, 1, now, now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SetOverride(ctx, "p", breaker.ForcedOpen, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range asked {
+		if a != types.ReturnConsumedCapacityTotal {
+			t.Errorf("request %d asked for ReturnConsumedCapacity %q, want TOTAL", i, a)
+		}
+	}
+	if len(asked) != 7 {
+		t.Errorf("%d requests, want 7", len(asked))
+	}
+	if st := bs.Stats(); st.WriteUnits != 1 || st.ReadUnits != 0 {
+		t.Errorf("budget store %+v, want 1 write unit", st)
+	}
+	// Load 1, Report 11, Transition 1 + 0.5, AcquireProbe 1, SetOverride 1.
+	if st := cs.Stats(); st.WriteUnits != 14 || st.ReadUnits != 1.5 {
+		t.Errorf("breaker store %+v, want 14 write units and 1.5 read units", st)
+	}
+}

@@ -25,8 +25,12 @@ func conditionalUpdate(ctx context.Context, api API, table string, c *counters, 
 		ExpressionAttributeValues:           expr.Values(),
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		ReturnConsumedCapacity:              types.ReturnConsumedCapacityTotal,
 	}))
 	err = markThrottled(err)
+	if err == nil {
+		c.consumed(opWrite, out.ConsumedCapacity)
+	}
 	done(err)
 	return out, err
 }

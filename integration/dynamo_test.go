@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -36,17 +35,7 @@ import (
 func newStoreClient(t testing.TB) *dynamodb.Client {
 	t.Helper()
 	requireDynamoDB(t)
-	c, err := dynamo.NewClient(callContext(t), dynamo.ClientOptions{
-		Config:      &aws.Config{},
-		Region:      "us-east-1",
-		Endpoint:    dynamoEndpoint,
-		Credentials: credentials.NewStaticCredentialsProvider("herdguard", "herdguard", ""),
-	})
-	if err != nil {
-		t.Fatalf("dynamo.NewClient: %v", err)
-	}
-	t.Cleanup(func() { dynamo.CloseIdleConnections(c) })
-	return c
+	return newStoreClientAt(t, dynamoEndpoint)
 }
 
 func newBudgetStore(t testing.TB, api dynamo.API, table string) *dynamo.BudgetStore {

@@ -296,14 +296,14 @@ func (e *ftEnv) usage() ftUsage {
 // newFTEnv builds environment i over table: the production layering of
 // herdguard (local ratio budget first, then the fleet-wide Global; the
 // shared breaker gating every attempt), every clock reading from clock.
-func newFTEnv(t *testing.T, i int, table string, clock *ftClock, log *ftBreakerLog) *ftEnv {
+func newFTEnv(t *testing.T, i int, table, endpoint string, clock *ftClock, log *ftBreakerLog) *ftEnv {
 	t.Helper()
 	e := &ftEnv{id: fmt.Sprintf("env-%02d", i), sawOpenTick: -1}
 
 	api, err := dynamo.NewClient(t.Context(), dynamo.ClientOptions{
 		Config:      &aws.Config{}, // nothing from the machine's AWS settings
 		Region:      "us-east-1",
-		Endpoint:    dynamoEndpoint,
+		Endpoint:    endpoint,
 		Credentials: credentials.NewStaticCredentialsProvider("herdguard", "herdguard", ""),
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/capacity"
 )
 
 // Settings of TestFleetSharedBudgetAndBreaker. Durations are virtual (see
@@ -135,8 +136,12 @@ func TestFleetSharedBudgetAndBreaker(t *testing.T) {
 	winMs := ftGlobalWindow.Milliseconds()
 	clock := &ftClock{start: time.UnixMilli((time.Now().Add(ftRunLimit).UnixMilli()/winMs + 1) * winMs)}
 	f := &ftFleet{clock: clock, partner: newFTPartner(t, clock, ftMaxTicks), log: newFTBreakerLog(clock)}
+	// DynamoDB's capacity model between the fleet and DynamoDB Local, on the
+	// virtual clock: units per virtual second, throttled as DynamoDB would.
+	meter := capacity.NewMeter(capacity.Config{Throttle: true})
+	proxy := newCapacityProxy(t, meter, clock.Now)
 	for i := range ftEnvs {
-		f.envs = append(f.envs, newFTEnv(t, i, table, clock, f.log))
+		f.envs = append(f.envs, newFTEnv(t, i, table, proxy.URL(), clock, f.log))
 	}
 
 	ctx, cancel := context.WithCancel(t.Context())
@@ -266,6 +271,7 @@ func TestFleetSharedBudgetAndBreaker(t *testing.T) {
 	t.Logf("breaker timeline (fleet-wide transitions, tick = %v):\n%s", ftTick, ftTimeline(f))
 	gs := f.globalStats()
 	t.Logf("global budget (sum over environments): %+v", gs)
+	logCapacity(t, "fleet", meter, proxy)
 
 	// No store faults: the test measures the fleet on a working table.
 	budgetFaults, breakerFaults, firstFault := f.faults()

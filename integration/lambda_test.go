@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/herdguard/herdguard/internal/capacity"
 )
 
 // Settings of the multi-process fleet test. The function runs with the
@@ -86,7 +88,6 @@ func fleetEnvironment(table, dynamoURL, partnerURL string) []string {
 		"LOCAL_RETRY_FLOOR=" + strconv.Itoa(fleetLocalFloor),
 		"BUDGET_SHARDS=1",
 		"BREAKER_MIN_REQUESTS=" + strconv.Itoa(fleetMinRequests),
-		"BREAKER_MIN_REPORTERS=2",
 		"BREAKER_OPEN_DURATION=" + fleetOpenDuration.String(),
 		"BREAKER_CACHE_TTL=" + fleetCacheTTL.String(),
 		"STORE_TIMEOUT=250ms",
@@ -203,7 +204,12 @@ func TestLambdaFleetOverRuntimeAPI(t *testing.T) {
 	k := fleetSize(t)
 	bin := buildBikes(t, t.TempDir())
 	partner := newPartnerStub(t)
-	counter := newDynamoCounter(t, dynamoEndpoint)
+	// DynamoDB's capacity model in front of DynamoDB Local (wall-clock
+	// seconds: the processes run on real time).
+	meter := capacity.NewMeter(capacity.Config{Throttle: true})
+	capProxy := newCapacityProxy(t, meter, nil)
+	defer logCapacity(t, "lambda fleet", meter, capProxy)
+	counter := newDynamoCounter(t, capProxy.URL())
 	env := fleetEnvironment(table, counter.srv.URL, partner.srv.URL)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

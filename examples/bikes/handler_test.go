@@ -145,7 +145,6 @@ func testConfig(t *testing.T, base string) Config {
 		Shards:         1,
 		FailureRatio:   0.5,
 		MinRequests:    1000,
-		MinReporters:   1,
 		BreakerWindow:  10 * time.Second,
 		OpenDuration:   30 * time.Second,
 		CacheTTL:       time.Second,

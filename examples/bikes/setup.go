@@ -97,12 +97,12 @@ func newFunction(cfg Config, d deps) (*function, error) {
 		Store:        d.breakerStore,
 		CacheTTL:     cfg.CacheTTL,
 		StoreTimeout: cfg.StoreTimeout,
-		MinReporters: cfg.MinReporters,
-		OnStateChange: func(name string, from, to breaker.State, before breaker.Counts) {
-			m.breakerStateChange(from, to)
+		OnStateChange: func(c breaker.StateChange) {
+			m.breakerStateChange(c.From, c.To)
 			logger.LogAttrs(context.Background(), slog.LevelWarn, msgBreakerStateChanged,
-				slog.String("breaker", name), slog.String("from", from.String()), slog.String("to", to.String()),
-				slog.Int64("successes", before.Successes), slog.Int64("failures", before.Failures))
+				slog.String("breaker", c.Name), slog.String("from", c.From.String()), slog.String("to", c.To.String()),
+				slog.String("origin", c.Origin.String()),
+				slog.Int64("successes", c.Counts.Successes), slog.Int64("failures", c.Counts.Failures))
 		},
 		OnStoreError: func(op string, err error) {
 			logger.LogAttrs(context.Background(), slog.LevelWarn, msgBreakerStoreUnavailable,

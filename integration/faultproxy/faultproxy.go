@@ -171,6 +171,15 @@ type Stats struct {
 	// Ops counts requests received by DynamoDB operation (the part of
 	// X-Amz-Target after the dot, such as "UpdateItem").
 	Ops map[string]int64
+
+	// With a capacity model (SetCapacity): Throttled counts requests
+	// answered ProvisionedThroughputExceededException without being
+	// forwarded, and Unprocessed the BatchGetItem keys returned
+	// unprocessed while the others were read. Checked counts the requests
+	// whose units the model computed from item sizes it knew exactly and
+	// could compare with the ConsumedCapacity DynamoDB Local reported, and
+	// Disagreed those of them where the two differed.
+	Throttled, Unprocessed, Checked, Disagreed int64
 }
 
 // Total returns the number of requests received for the given operations.
@@ -196,6 +205,10 @@ func (s Stats) Sub(earlier Stats) Stats {
 		Refused:            s.Refused - earlier.Refused,
 		UpstreamErrors:     s.UpstreamErrors - earlier.UpstreamErrors,
 		Ops:                make(map[string]int64, len(s.Ops)),
+		Throttled:          s.Throttled - earlier.Throttled,
+		Unprocessed:        s.Unprocessed - earlier.Unprocessed,
+		Checked:            s.Checked - earlier.Checked,
+		Disagreed:          s.Disagreed - earlier.Disagreed,
 	}
 	for op, n := range s.Ops {
 		if n -= earlier.Ops[op]; n != 0 {
@@ -215,6 +228,9 @@ func (s Stats) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "requests=%d forwarded=%d succeeded=%d injected=%d discarded=%d (succeeded %d) replays=%d refused=%d upstream-errors=%d",
 		s.Requests, s.Forwarded, s.Succeeded, s.Injected, s.Discarded, s.DiscardedSucceeded, s.Replays, s.Refused, s.UpstreamErrors)
+	if s.Throttled+s.Unprocessed+s.Checked > 0 {
+		fmt.Fprintf(&b, " throttled=%d unprocessed=%d units-checked=%d units-disagreed=%d", s.Throttled, s.Unprocessed, s.Checked, s.Disagreed)
+	}
 	for _, op := range names {
 		fmt.Fprintf(&b, " %s=%d", op, s.Ops[op])
 	}
@@ -239,14 +255,17 @@ type Proxy struct {
 
 	upstream atomic.Pointer[url.URL]
 	fault    atomic.Pointer[Fault]
+	capacity atomic.Pointer[Capacity] // nil: no capacity model
 
 	requests, forwarded, succeeded, injected, refused, upstreamErrors atomic.Int64
 	discarded, discardedSucceeded, replays                            atomic.Int64
+	capThrottled, capUnprocessed, capChecked, capDisagreed            atomic.Int64
 
 	mu      sync.Mutex
 	ops     map[string]int64            // guarded by mu
 	conns   map[net.Conn]http.ConnState // open client connections and their state; guarded by mu
 	applied map[string]time.Time        // invocation id -> when ApplyThenDrop discarded its 2xx answer; guarded by mu
+	sizes   map[string]itemSize         // item sizes learnt by the capacity model; guarded by mu
 }
 
 // New starts a proxy on 127.0.0.1 forwarding to upstream, an http URL such
@@ -265,6 +284,7 @@ func New(upstream string) (*Proxy, error) {
 		ops:     map[string]int64{},
 		conns:   map[net.Conn]http.ConnState{},
 		applied: map[string]time.Time{},
+		sizes:   map[string]itemSize{},
 		url:     "http://" + ln.Addr().String(),
 	}
 	p.base, p.cancelBase = context.WithCancel(context.Background())
@@ -286,7 +306,7 @@ func New(upstream string) (*Proxy, error) {
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			p.succeeded.Add(1)
 		}
-		return nil
+		return p.settle(resp)
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        rewrite,
@@ -298,7 +318,8 @@ func New(upstream string) (*Proxy, error) {
 		Rewrite:        rewrite,
 		Transport:      p.transport,
 		ModifyResponse: countSucceeded,
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, _ error) {
+			admissionOf(r.Context()).refund()
 			if d, ok := w.(*discardWriter); ok {
 				d.failed = true
 			}
@@ -391,6 +412,10 @@ func (p *Proxy) Stats() Stats {
 		Replays:            p.replays.Load(),
 		Refused:            p.refused.Load(),
 		UpstreamErrors:     p.upstreamErrors.Load(),
+		Throttled:          p.capThrottled.Load(),
+		Unprocessed:        p.capUnprocessed.Load(),
+		Checked:            p.capChecked.Load(),
+		Disagreed:          p.capDisagreed.Load(),
 	}
 	p.mu.Lock()
 	s.Ops = make(map[string]int64, len(p.ops))
@@ -454,10 +479,14 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch f.Kind {
 	case None:
-		p.forwarded.Add(1)
-		p.rp.ServeHTTP(w, r)
+		if r, ok := p.admit(w, r, op); ok {
+			p.forwarded.Add(1)
+			p.rp.ServeHTTP(w, r)
+		}
 	case ApplyThenDrop:
-		p.applyThenDrop(w, r, id)
+		if r, ok := p.admit(w, r, op); ok {
+			p.applyThenDrop(w, r, id)
+		}
 	case Drop, Refuse:
 		p.injected.Add(1)
 		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20)) // the request arrived in full
@@ -509,7 +538,11 @@ func (p *Proxy) applyThenDrop(w http.ResponseWriter, r *http.Request, id string)
 	p.injected.Add(1)
 	p.forwarded.Add(1)
 	d := &discardWriter{header: http.Header{}}
-	p.applyRP.ServeHTTP(d, r.WithContext(p.base))
+	ctx := p.base
+	if a := admissionOf(r.Context()); a != nil {
+		ctx = context.WithValue(ctx, admissionKey{}, a)
+	}
+	p.applyRP.ServeHTTP(d, r.WithContext(ctx))
 	switch {
 	case d.failed:
 		p.upstreamErrors.Add(1)
@@ -578,6 +611,7 @@ func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 // upstreamFailed handles a request the upstream did not answer: the
 // connection is reset, as if the proxy were the stopped server.
 func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	admissionOf(r.Context()).refund() // whatever happened upstream, the model bills nothing
 	if r.Context().Err() != nil {
 		return // the client went away; nothing to answer
 	}

@@ -1,7 +1,9 @@
 package capacity
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -115,5 +117,38 @@ func TestReservations(t *testing.T) {
 	}
 	if s.Reads != 2 || s.ReadUnits != 1.5 || s.PeakItemReadUnits != 0.5 {
 		t.Fatalf("reads: %+v", s)
+	}
+}
+
+// Item sizes from DynamoDB's JSON, each measured on DynamoDB Local 3.3.1
+// (the smallest padding that takes the item past 1 KB).
+func TestItemSizeJSON(t *testing.T) {
+	for _, c := range []struct {
+		item string
+		want int
+	}{
+		{`{"a":{"S":"abc"}}`, 4},
+		{`{"n":{"N":"1700000000"}}`, 3},
+		{`{"n":{"N":"123456789"}}`, 7},
+		{`{"envs":{"SS":["` + strings.Repeat("0", 48) + `"]}}`, 52},
+		{`{"ns":{"NS":["1","22","333"]}}`, 9},
+		{`{"l":{"L":[{"S":"ab"},{"S":"cd"}]}}`, 10},
+		{`{"b":{"BOOL":true}}`, 2},
+		{`{"m":{"M":{"ab":{"S":"cd"}}}}`, 9},
+		{`{"m":{"M":{"ab":{"L":[{"N":"12"},{"NULL":true}]}}}}`, 15},
+		{`{"b":{"B":"aGVsbG8="}}`, 6},
+		{`{"u":{"S":"\u00e9"}}`, 3},
+		{`{"n":{"N":"-1500"}}`, 4},
+	} {
+		var item map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(c.item), &item); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ItemSizeJSON(item); err != nil || got != c.want {
+			t.Errorf("ItemSizeJSON(%s) = %d, %v; want %d", c.item, got, err, c.want)
+		}
+	}
+	if _, err := ItemSizeJSON(map[string]json.RawMessage{"x": json.RawMessage(`{"Q":1}`)}); err == nil {
+		t.Error("an unknown type was sized")
 	}
 }

@@ -1,0 +1,297 @@
+package fleetsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/retry"
+)
+
+// Strategy builds the retry logic of each execution environment of a run.
+// NewEnv is called by the scheduler, one environment at a time, when the
+// environment joins the fleet (at the start, or on scale-out); it must not
+// sleep.
+type Strategy interface {
+	NewEnv(spec EnvSpec) (Env, error)
+}
+
+// StrategyFunc adapts a function to Strategy.
+type StrategyFunc func(spec EnvSpec) (Env, error)
+
+// NewEnv calls f.
+func (f StrategyFunc) NewEnv(spec EnvSpec) (Env, error) { return f(spec) }
+
+// Env is the retry logic of one execution environment: everything it
+// keeps in memory lives behind it. One invocation of the environment's
+// handler is Call (one logical partner call), then Flush, as
+// examples/bikes does before it returns. Calls run on simulated
+// goroutines: they may sleep only through EnvSpec.Clock.
+type Env interface {
+	// Call makes one logical call; op is one attempt at the partner
+	// (attempt counts from 1).
+	Call(ctx context.Context, op func(ctx context.Context, attempt int) error) error
+	// Flush sends what the environment must send before it is frozen.
+	Flush(ctx context.Context) error
+}
+
+// EnvSpec describes a new execution environment to a Strategy.
+type EnvSpec struct {
+	// ID numbers environments from 0 in the order they joined; Name is
+	// unique in the run ("env-17").
+	ID   int
+	Name string
+	// Clock is the simulation's clock: the retry.Clock of the environment's
+	// Executor and the Now of every layer.
+	Clock *Clock
+	// Rand returns numbers in [0, 1), seeded from the run's seed and ID.
+	// It is not safe for concurrent use, which the simulation never needs:
+	// one simulated goroutine runs at a time.
+	Rand func() float64
+	// Stores are the fleet's shared in-memory stores, counted for the
+	// results (and billed by the capacity model when it is on).
+	Stores Stores
+
+	rec *recorder
+	env *env
+}
+
+// ObserveRetry chains the simulator's hooks into cfg (before the ones cfg
+// already has): retries wanted and granted, and store faults. A Strategy
+// that builds a retry.Executor calls it so that the results count retries.
+func (s EnvSpec) ObserveRetry(cfg *retry.Config) {
+	rec := s.rec
+	onRetry, onExhausted, onStoreError := cfg.OnRetry, cfg.OnBudgetExhausted, cfg.OnStoreError
+	cfg.OnRetry = func(ev retry.RetryEvent) {
+		w := rec.now()
+		w.RetriesWanted++
+		w.RetriesGranted++
+		if onRetry != nil {
+			onRetry(ev)
+		}
+	}
+	cfg.OnBudgetExhausted = func(ex *budget.ExhaustedError) {
+		rec.now().RetriesWanted++
+		if onExhausted != nil {
+			onExhausted(ex)
+		}
+	}
+	cfg.OnStoreError = func(layer int, err error) {
+		rec.storeError(err)
+		if onStoreError != nil {
+			onStoreError(layer, err)
+		}
+	}
+}
+
+// ObserveGlobal wraps the environment's fleet-wide budget layer so that
+// the results count its requests, grants, refusals and the writes they
+// cost, per window. The first *budget.Global observed sets the bound
+// Ratio × requests + Floor; its Window must be the run's Window.
+func (s EnvSpec) ObserveGlobal(b budget.Budget) budget.Budget {
+	rec := s.rec
+	if g, ok := b.(*budget.Global); ok && !rec.hasGlobal {
+		cfg := g.Config()
+		if cfg.Window != rec.window {
+			rec.fail(fmt.Errorf("fleetsim: the global budget's Window (%v) is not the run's Window (%v)", cfg.Window, rec.window))
+		}
+		rec.hasGlobal = true
+		rec.perRequest = math.Max(math.Floor(cfg.Ratio*float64(budget.AllowancePerRetry)+1e-6), 1) / float64(budget.AllowancePerRetry)
+		rec.floor = float64(max(cfg.Floor, 0))
+	}
+	ob := &observedBudget{b: b, rec: rec, env: s.env}
+	if f, ok := b.(budget.Flusher); ok {
+		ob.flush = f
+	}
+	return ob
+}
+
+// ObserveBreaker sets the environment's Rand in st (when unset) and
+// chains the simulator's hooks into it (before st's own): the
+// environment's state changes and store faults.
+func (s EnvSpec) ObserveBreaker(st *breaker.Settings) {
+	rec, e := s.rec, s.env
+	if st.Rand == nil {
+		st.Rand = s.Rand
+	}
+	onChange, onStoreError := st.OnStateChange, st.OnStoreError
+	st.OnStateChange = func(c breaker.StateChange) {
+		rec.stateChange(e, c.To)
+		if onChange != nil {
+			onChange(c)
+		}
+	}
+	st.OnStoreError = func(op string, err error) {
+		rec.storeError(err)
+		if onStoreError != nil {
+			onStoreError(op, err)
+		}
+	}
+}
+
+// observedBudget counts a budget layer's traffic at its interface.
+type observedBudget struct {
+	b     budget.Budget
+	flush budget.Flusher
+	rec   *recorder
+	env   *env
+}
+
+func (o *observedBudget) RecordRequest(now time.Time) {
+	o.rec.now().Global.Requests++
+	o.b.RecordRequest(now)
+}
+
+func (o *observedBudget) RecordSuccess(now time.Time) { o.b.RecordSuccess(now) }
+
+func (o *observedBudget) AcquireRetry(ctx context.Context, now time.Time, kind budget.Kind) (budget.Release, error) {
+	writes := o.rec.budgetWrites
+	rel, err := o.b.AcquireRetry(ctx, now, kind)
+	w := o.rec.now()
+	w.Global.Asked++
+	switch {
+	case err == nil:
+		w.Global.Granted++
+		return o.release(w.Start, rel), nil
+	case errors.Is(err, budget.ErrExhausted):
+		cost := o.rec.budgetWrites - writes
+		w.Global.Refused++
+		w.Global.RefusalWrites += cost
+		o.env.res.GlobalRefusals++
+		o.env.res.RefusalWrites += cost
+	case errors.Is(err, budget.ErrUnavailable):
+		w.Global.Abstained++
+	}
+	return rel, err
+}
+
+// release counts a grant of the window starting at start given back.
+func (o *observedBudget) release(start time.Duration, rel budget.Release) budget.Release {
+	return func(out budget.Outcome) {
+		if out == budget.RetryNotUsed {
+			o.rec.win(start).Global.Returned++
+		}
+		rel.Done(out)
+	}
+}
+
+func (o *observedBudget) Flush(ctx context.Context) error {
+	if o.flush == nil {
+		return nil
+	}
+	return o.flush.Flush(ctx)
+}
+
+// SimStoreTimeout is the real-time StoreTimeout Herdguard gives the layers
+// when their configuration leaves it at zero. The in-memory stores answer
+// at once, so this real-time bound never decides anything in simulated
+// time; the library's 50 ms default could fire on a machine that starves a
+// goroutine (a loaded CI runner under the race detector) and make a run
+// irreproducible. Result.StoreWaitTimeouts counts the waits that fired.
+const SimStoreTimeout = 10 * time.Second
+
+// DefaultName names the global budget and the breaker of Herdguard.
+const DefaultName = "partner"
+
+// Herdguard is the Strategy that gives every environment a retry.Executor
+// over the library's layers: an optional local budget, an optional
+// budget.Global and an optional breaker.Breaker over the shared stores,
+// with the simulator's observers chained in.
+type Herdguard struct {
+	// Name names the global budget and the breaker (DefaultName if empty).
+	Name string
+	// Retry is the template of every environment's retry.Config. NewEnv
+	// sets Clock, Rand (when nil), Budgets and Breaker, and chains the
+	// simulator's hooks before Retry's own.
+	Retry retry.Config
+	// Local, if not nil, makes the environment's in-memory budget, asked
+	// before the global one (e.g. local.NewRatio with MinRetries 1).
+	Local func() (budget.Budget, error)
+	// Global, if not nil, adds a budget.Global over the shared budget
+	// store. Now and Rand are set per environment; a zero StoreTimeout is
+	// SimStoreTimeout.
+	Global *budget.GlobalConfig
+	// Breaker, if not nil, adds a breaker.Breaker over the shared breaker
+	// store. Store, Env and Rand are set per environment; a zero
+	// StoreTimeout is SimStoreTimeout.
+	Breaker *breaker.Settings
+}
+
+// NewEnv builds the environment's Executor.
+func (h Herdguard) NewEnv(spec EnvSpec) (Env, error) {
+	name := h.Name
+	if name == "" {
+		name = DefaultName
+	}
+	cfg := h.Retry
+	cfg.Budgets = nil
+	if h.Local != nil {
+		l, err := h.Local()
+		if err != nil {
+			return nil, fmt.Errorf("fleetsim: local budget: %w", err)
+		}
+		cfg.Budgets = append(cfg.Budgets, l)
+	}
+	if h.Global != nil {
+		gc := *h.Global
+		gc.Now = spec.Clock.Now
+		gc.Rand = spec.Rand
+		if gc.StoreTimeout == 0 {
+			gc.StoreTimeout = SimStoreTimeout
+		}
+		g, err := budget.NewGlobal(spec.Stores.Budget, name, gc)
+		if err != nil {
+			return nil, fmt.Errorf("fleetsim: %w", err)
+		}
+		cfg.Budgets = append(cfg.Budgets, spec.ObserveGlobal(g))
+	}
+	if h.Breaker != nil {
+		st := *h.Breaker
+		st.Store = spec.Stores.Breaker
+		if st.StoreTimeout == 0 {
+			st.StoreTimeout = SimStoreTimeout
+		}
+		spec.ObserveBreaker(&st)
+		br, err := breaker.New(name, st)
+		if err != nil {
+			return nil, fmt.Errorf("fleetsim: %w", err)
+		}
+		cfg.Breaker = br
+	}
+	cfg.Clock = spec.Clock
+	if cfg.Rand == nil {
+		cfg.Rand = spec.Rand
+	}
+	spec.ObserveRetry(&cfg)
+	ex, err := retry.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("fleetsim: %w", err)
+	}
+	return executorEnv{ex}, nil
+}
+
+type executorEnv struct{ ex *retry.Executor }
+
+func (e executorEnv) Call(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
+	return e.ex.Do(ctx, op)
+}
+
+func (e executorEnv) Flush(ctx context.Context) error { return e.ex.Flush(ctx) }
+
+// NoBudget is the strategy without budgets or breaker: MaxAttempts only
+// (retry's defaults: 3 attempts).
+func NoBudget() Herdguard { return Herdguard{} }
+
+// GlobalRatio is the global ratio alone, with the library's defaults (10%
+// over 10 s, floor 3), as cmd/outagesim's "global" strategy.
+func GlobalRatio() Herdguard { return Herdguard{Global: &budget.GlobalConfig{}} }
+
+// GlobalBreaker is the global ratio and the shared breaker, with the
+// library's defaults, as cmd/outagesim's "global-breaker" strategy.
+func GlobalBreaker() Herdguard {
+	return Herdguard{Global: &budget.GlobalConfig{}, Breaker: &breaker.Settings{}}
+}
