@@ -189,8 +189,10 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 //
 // The answer is the state after the write (ReturnValues ALL_NEW) without
 // the override (Override and OverrideUntil zero, see breaker.Store). A
-// slot attribute of the wrong type fails the condition, so a malformed
-// item comes back as a *MalformedItemError and is not written to.
+// malformed epoch or attribute of the slot written fails the condition
+// and is not written to; one elsewhere in the item (another slot,
+// watch_until, state) is found when the answer is decoded, after the
+// write. Either way Report returns a *MalformedItemError.
 //
 // A Report that times out may have been applied; the SDK's retry after
 // a lost answer may apply its counts twice (at most once more per
