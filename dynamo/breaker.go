@@ -169,8 +169,8 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 //
 // The first form is guessed from what the slot held in the last answer
 // this store saw for the breaker (and, for a bucket newer than that,
-// from whether the slot already held the bucket the last time: in a busy
-// fleet another environment has usually started it). A refusal carries
+// from whether other environments lately started such buckets first, as
+// they usually do in a busy fleet: see internal/slothint). A refusal carries
 // the item as it stands (ALL_OLD): if its epoch is not r.Epoch, Report
 // returns it with breaker.ErrConflict and nothing is applied; otherwise
 // it sends the form the item calls for, or, for a late report without a
@@ -217,7 +217,7 @@ func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report
 			return breaker.Snapshot{}, fault
 		}
 		if err == nil {
-			if newBucket {
+			if newBucket && writes == 1 {
 				h.NoteStart(form)
 			}
 			return snap, nil
@@ -226,8 +226,8 @@ func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report
 			return snap, fmt.Errorf("herdguard: dynamo: breaker %q: epoch is %d, not %d: %w", name, snap.Epoch, r.Epoch, breaker.ErrConflict)
 		}
 		next := slothint.FormFor(snap.Buckets[slot].Num, r.Bucket)
-		if newBucket {
-			h.NoteStart(next)
+		if newBucket && writes == 1 {
+			h.NoteStart(next) // what the slot held when the first write landed
 		}
 		switch {
 		case next == form:
