@@ -12,11 +12,12 @@ import (
 // not settings: each is derived from the limits of one DynamoDB item.
 const (
 	// quietTTLFactor multiplies CacheTTL while the fleet is quiet (no
-	// failure anywhere for watchWindows × Window) and closed: a healthy
-	// fleet of 1,000 environments making a call a second reads 0.1 times
-	// per call instead of once. A failure makes the environment read at
-	// once, so an open fleet is still learnt by the first call that fails.
-	quietTTLFactor = 10
+	// failure anywhere for watchWindows × Window) and closed: an
+	// environment making a call a second reads the state about once every
+	// 16 calls instead of once a second, whatever the fleet's size. A
+	// failure makes the environment read at once, so an open fleet is
+	// still learnt by the first call that fails.
+	quietTTLFactor = 15
 	// watchWindows is how long, in Windows, one failure keeps the fleet
 	// counting.
 	watchWindows = 2
@@ -33,8 +34,9 @@ const (
 	// tripZ is how many standard errors above FailureRatio the fleet's
 	// estimated failure ratio must be to trip: the estimate comes from a
 	// sample, and without the margin a fleet failing 30% of calls would
-	// trip on noise whenever a window holds few calls.
-	tripZ = 1.5
+	// trip on noise whenever a window holds few calls (at 20 samples, 4.8%
+	// of the time; with the margin, 0.03%).
+	tripZ = 1.0
 	// coldLoadFactor multiplies StoreTimeout for a Load after a long idle
 	// (the first one of an environment, or one after a Lambda freeze):
 	// its connection to the store is new and the TLS handshake alone can
@@ -242,7 +244,17 @@ func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
 		b.pend = pending{sawFailure: b.pend.sawFailure}
 	}
 	watchFor := watchWindows * b.s.Window
-	extend := b.pend.sawFailure && b.watchingLocked(now) && b.snap.WatchUntil.Sub(now) < watchFor/2
+	// An unsampled failure extends a watch that has less than a quarter
+	// left, itself sampled (one in the sampling factor): a fleet that
+	// fails is extending the watch with its sampled reports anyway, and a
+	// thousand environments must not all write at once to do it.
+	extend := b.pend.sawFailure && b.watchingLocked(now) && b.snap.WatchUntil.Sub(now) < watchFor/4
+	if extend && b.pend.empty() {
+		if k := b.samplingFactorLocked(now); k > 1 && b.randLocked()*float64(k) >= 1 {
+			extend = false
+			b.pend.sawFailure = false
+		}
+	}
 	if (b.pend.empty() && !extend) || (!force && !b.reportDueLocked(now)) {
 		return job{}
 	}
@@ -348,15 +360,15 @@ func (b *Breaker) fleetCountsLocked(now time.Time) (successes, failures, samples
 
 // fleetTripsLocked reports whether the fleet's counts, as the snapshot
 // held has them, call for a trip at now: over the rolling window (the
-// FleetSlots buckets ending with now's), the estimated calls are at least
-// MinRequests and the estimated failure ratio is at least FailureRatio
-// plus tripZ standard errors of a sample of that many outcomes. The
-// counts come from samples chosen before their outcome was known, so the
+// FleetSlots buckets ending with now's), at least MinRequests sampled
+// outcomes, and an estimated failure ratio of at least FailureRatio plus
+// tripZ standard errors of a sample of that many outcomes. The counts
+// come from samples chosen before their outcome was known, so the
 // estimate is unbiased (see the package documentation for what remains).
 func (b *Breaker) fleetTripsLocked(now time.Time) bool {
 	s, f, n := b.fleetCountsLocked(now)
 	total := s + f
-	if total == 0 || n == 0 || total < b.s.MinRequests {
+	if total == 0 || n < max(b.s.MinRequests, 1) {
 		return false
 	}
 	fr := b.s.FailureRatio

@@ -276,8 +276,8 @@ func TestFleetColdLoadHasMoreTime(t *testing.T) {
 		if !call(t, a.Breaker, time.Now(), breaker.Success) || a.errs.count() != 0 {
 			t.Fatalf("first Load: %d faults; want it to have 200 ms", a.errs.count())
 		}
-		// A warm Load gets StoreTimeout only.
-		time.Sleep(11 * time.Second)
+		// A warm Load (the quiet fleet's 15 s cache expired) gets StoreTimeout only.
+		time.Sleep(16 * time.Second)
 		call(t, a.Breaker, time.Now(), breaker.Success)
 		if a.errs.count() != 1 {
 			t.Fatalf("%d faults, want the warm Load cut at 50 ms", a.errs.count())

@@ -85,7 +85,7 @@ func TestLocalStoreLostProbeLeaseLapses(t *testing.T) {
 	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.ProbeLease = 3 * time.Second })
 	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.ProbeLease = 3 * time.Second })
 	calls(t, b.Breaker, t0, breaker.Success, 1)
-	calls(t, a.Breaker, t0, breaker.Failure, 20)
+	calls(t, a.Breaker, t0, breaker.Failure, 21)
 	flushAt(t, a.Breaker, t0.Add(time.Second)) // a alone trips
 	at := t0.Add(31 * time.Second)
 	if p, err := a.Allow(ctx, at); err != nil || !p.Probe() {

@@ -304,7 +304,7 @@ func TestSharedStateLostWhileOpen(t *testing.T) {
 	c := newEnv(t, store, "c", nil)
 	at = at.Add(time.Second)
 	conflicts := store.conflicts.Load()
-	calls(t, c.Breaker, at, breaker.Failure, 19)
+	calls(t, c.Breaker, at, breaker.Failure, 21)
 	flushAt(t, c.Breaker, at.Add(time.Second))
 	if st := store.state("partner"); st.State != breaker.Open || st.Epoch != 1 {
 		t.Fatalf("stored %+v, want open at epoch 1", st)
@@ -382,7 +382,7 @@ func TestSharedDegradedOpenStaysOpenUntilItsProbe(t *testing.T) {
 	// Back in the fleet: a failure starts the fleet's watch, the calls
 	// after it are sampled and trip the fleet.
 	at = at.Add(time.Second)
-	calls(t, a.Breaker, at, breaker.Failure, 5)
+	calls(t, a.Breaker, at, breaker.Failure, 6) // the alarm, then MinRequests (5) samples
 	flushAt(t, a.Breaker, at.Add(time.Second))
 	if st := store.stored(t); st.State != breaker.Open || st.Epoch != 1 {
 		t.Fatalf("stored %+v, want the fleet tripped by the sampled failures", st)
@@ -407,7 +407,7 @@ func TestSharedDegradedOpenFollowsTheFleetWhenItOpens(t *testing.T) {
 		// Another environment trips the fleet at t0+3s: open until t0+13s.
 		b := newEnv(t, store, "b", settings)
 		at := t0.Add(2 * time.Second)
-		calls(t, b.Breaker, at, breaker.Failure, 4)
+		calls(t, b.Breaker, at, breaker.Failure, 6) // the alarm, then MinRequests (5) samples
 		flushAt(t, b.Breaker, at.Add(time.Second))
 		if st := store.stored(t); st.State != breaker.Open || st.Epoch != 1 {
 			t.Fatalf("stored %+v, want the fleet open", st)

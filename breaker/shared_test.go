@@ -86,17 +86,17 @@ func flushAt(t testing.TB, b *breaker.Breaker, at time.Time) {
 // tripFleet opens the breaker in store at `at` and returns two
 // environments: a, which read the fleet state (quiet, closed) a second
 // before, and b, which tripped it. b's first failure, a second before
-// `at`, starts the fleet's watch; its next 18 failures are sampled (Rand
+// `at`, starts the fleet's watch; its next 19 failures are sampled (Rand
 // is 0: every call) and reported with its failure at `at`, once
-// ReportInterval has passed: 19 sampled failures, each counting for
-// initialSampling (4) calls, trip the fleet at `at`.
+// ReportInterval has passed: 20 sampled failures (MinRequests), each
+// counting for initialSampling (4) calls, trip the fleet at `at`.
 func tripFleet(t *testing.T, store breaker.Store, at time.Time, mod func(*breaker.Settings)) (env, env) {
 	t.Helper()
 	a := newEnv(t, store, "a", mod)
 	b := newEnv(t, store, "b", mod)
 	before := at.Add(-breaker.DefaultReportInterval)
 	calls(t, a.Breaker, before, breaker.Success, 1)
-	calls(t, b.Breaker, before, breaker.Failure, 19)
+	calls(t, b.Breaker, before, breaker.Failure, 20)
 	calls(t, b.Breaker, at, breaker.Failure, 1)
 	snap, err := store.Load(ctx, "partner")
 	if err != nil || snap.State != breaker.Open {
@@ -286,15 +286,15 @@ func TestSharedNewEpochDropsOlderPermits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls(t, b.Breaker, t0, breaker.Failure, 20) // the first failure starts the watch, the rest are sampled
+	calls(t, b.Breaker, t0, breaker.Failure, 21) // the first failure starts the watch, the rest are sampled
 	flushAt(t, b.Breaker, t0.Add(time.Second))   // reported: b alone trips the fleet
 	if st := store.state("partner"); st.State != breaker.Open {
 		t.Fatalf("fleet = %+v", st)
 	}
-	_, err = a.Allow(ctx, t0.Add(10*time.Second)) // reload (quiet: 10 × CacheTTL): epoch 1, a new generation
+	_, err = a.Allow(ctx, t0.Add(15*time.Second)) // reload (quiet: 15 × CacheTTL): epoch 1, a new generation
 	mustOpenError(t, err)
 	reports := store.reports.Load()
-	a.Done(ctx, t0.Add(10*time.Second), old, breaker.Failure)
+	a.Done(ctx, t0.Add(15*time.Second), old, breaker.Failure)
 	if c := a.Counts(); c != (breaker.Counts{}) {
 		t.Fatalf("a counted a call from the previous epoch: %+v", c)
 	}
@@ -338,7 +338,7 @@ func TestSharedStaleCacheIsRefreshedByOneCaller(t *testing.T) {
 		<-release
 	}
 	store.loadHook.Store(&hook)
-	stale := t0.Add(11 * time.Second) // past the quiet fleet's CacheTTL (10 × 1 s)
+	stale := t0.Add(16 * time.Second) // past the quiet fleet's CacheTTL (15 × 1 s)
 	done := make(chan error, 1)
 	go func() { // the refresher: its Load hangs until released
 		_, err := a.Allow(ctx, stale)
@@ -613,7 +613,7 @@ func TestFlushWithoutStore(t *testing.T) {
 func TestSharedFlushTrips(t *testing.T) {
 	store := newFakeStore()
 	a := newEnv(t, store, "a", nil)
-	calls(t, a.Breaker, t0, breaker.Failure, 20) // only the first failure was reported
+	calls(t, a.Breaker, t0, breaker.Failure, 21) // only the first failure was reported: the alarm
 	if st := store.state("partner"); st.State != breaker.Closed {
 		t.Fatalf("tripped before Flush: %+v", st)
 	}
@@ -736,19 +736,19 @@ func TestSharedFleetOverrideIsAnnounced(t *testing.T) {
 	store := newFakeStore()
 	a := newEnv(t, store, "a", nil)
 	calls(t, a.Breaker, t0, breaker.Success, 3)
-	if err := store.SetOverride(ctx, "partner", breaker.ForcedOpen, t0.Add(15*time.Second)); err != nil {
+	if err := store.SetOverride(ctx, "partner", breaker.ForcedOpen, t0.Add(20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	// A quiet fleet's state is read every 10 × CacheTTL.
-	if !call(t, a.Breaker, t0.Add(9*time.Second), breaker.Success) {
+	// A quiet fleet's state is read every 15 × CacheTTL.
+	if !call(t, a.Breaker, t0.Add(14*time.Second), breaker.Success) {
 		t.Fatal("the override was seen before the cached state expired")
 	}
-	_, err := a.Allow(ctx, t0.Add(10*time.Second))
+	_, err := a.Allow(ctx, t0.Add(15*time.Second))
 	mustOpenError(t, err)
-	if got := a.rec.last(t); got.from != breaker.Closed || got.to != breaker.Open || got.before.Successes != 4 || got.origin != breaker.OriginFollowed {
-		t.Fatalf("OnStateChange = %+v, want closed→open with the 4 successes, followed", got)
+	if got := a.rec.last(t); got.from != breaker.Closed || got.to != breaker.Open || got.before.ConsecutiveSuccesses != 4 || got.origin != breaker.OriginFollowed {
+		t.Fatalf("OnStateChange = %+v, want closed→open after 4 successes in a row, followed", got)
 	}
-	if !call(t, a.Breaker, t0.Add(15*time.Second), breaker.Success) {
+	if !call(t, a.Breaker, t0.Add(20*time.Second), breaker.Success) {
 		t.Fatal("rejected after the override lapsed")
 	}
 	if got := a.rec.last(t); got.from != breaker.Open || got.to != breaker.Closed {
