@@ -236,7 +236,7 @@ func (b *Breaker) Done(ctx context.Context, now time.Time, p Permit, o Outcome) 
 		return
 	}
 	w := b.word.Load()
-	if w&flagSlowDone == 0 && p.gen == w>>genShift && p.kind == permitCall {
+	if w&flagSlowDone == 0 && p.gen == w>>genShift && p.kind == permitCall && p.weight == 0 {
 		switch o {
 		case Success:
 			if b.s.SlowCallThreshold == 0 || now.Sub(p.start) <= b.s.SlowCallThreshold {

@@ -112,7 +112,9 @@ func (b *Breaker) samplingLocked(now time.Time) bool {
 
 // sampleLocked decides whether a call admitted at now is sampled, and
 // counts it as a request if so. It returns the call's weight: 0 if not
-// sampled, otherwise the number of calls the sample stands for.
+// sampled, otherwise the number of calls the sample stands for. The draw
+// (Rand) is made before the call goes, so it does not depend on the
+// outcome.
 func (b *Breaker) sampleLocked(now time.Time) int32 {
 	if !b.samplingLocked(now) {
 		return 0
@@ -126,10 +128,17 @@ func (b *Breaker) sampleLocked(now time.Time) int32 {
 	return int32(k)
 }
 
-// pendStartLocked notes the bucket of the first count pending.
+// pendStartLocked notes the bucket of the first count pending, after
+// dropping pending counts older than the rolling window (an environment
+// frozen with samples pending): they would be reported into a bucket they
+// were not gathered in.
 func (b *Breaker) pendStartLocked(now time.Time) {
+	cur := b.bucketOf(now)
+	if b.pend.first != 0 && b.pend.first <= cur-FleetSlots {
+		b.pend = pending{sawFailure: b.pend.sawFailure}
+	}
 	if b.pend.first == 0 {
-		b.pend.first = b.bucketOf(now)
+		b.pend.first = cur
 	}
 }
 
@@ -299,6 +308,9 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 	)
 	switch {
 	case err == nil:
+		// A report's answer carries no override (the Store contract): keep
+		// the one last read.
+		snap.Override, snap.OverrideUntil = b.snap.Override, b.snap.OverrideUntil
 		b.lowerRead = false
 		b.adoptLocked(j.now, snap, false, false, OriginFollowed)
 		b.loadedAt = later(b.loadedAt, j.now)
@@ -315,8 +327,10 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 		}
 	case errors.Is(err, ErrConflict):
 		// The fleet moved to another epoch: the counts belonged to the
-		// old one and are dropped. Follow the state answered, as a
+		// old one and are dropped. Follow the state answered (with the
+		// override last read: the answer carries none), as a
 		// Transition's conflict does.
+		snap.Override, snap.OverrideUntil = b.snap.Override, b.snap.OverrideUntil
 		b.followConflictLocked(j.now, j.epoch, snap)
 	case ctx.Err() != nil:
 		// The caller's context ended, not the store.

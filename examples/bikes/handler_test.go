@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -166,7 +167,7 @@ func newFixture(t *testing.T, cfg Config, clock *fakeClock) *fixture {
 	d := deps{
 		budgetStore:  f.budgets,
 		breakerStore: f.breakers,
-		rand:         func() float64 { return 0.5 },
+		rand:         lockedRand(1),
 		metrics:      f.emf,
 		logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
@@ -703,5 +704,18 @@ func TestConcurrentInvocations(t *testing.T) {
 		if c != http.StatusOK && c != http.StatusServiceUnavailable {
 			t.Errorf("call %d: %d", i, c)
 		}
+	}
+}
+
+// lockedRand returns a seeded source of uniform numbers in [0, 1), safe for
+// concurrent use. (A constant would fix the jitter, but the breaker also
+// draws its fleet samples from it: a constant samples all calls or none.)
+func lockedRand(seed uint64) func() float64 {
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(seed, 7))
+	return func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Float64()
 	}
 }
