@@ -10,16 +10,18 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/attempt"
 )
 
 // Permit is a call admitted by Allow. Pass it to Done with the call's
 // outcome. It is a small value (no allocation); the zero Permit is never
 // valid and Done ignores it.
 type Permit struct {
-	gen   uint64    // generation the call was admitted in; 0 = invalid
-	start time.Time // Allow's now, for SlowCallThreshold
-	slot  int32     // local probe slot, for probes
-	kind  permitKind
+	gen    uint64    // generation the call was admitted in; 0 = invalid
+	start  time.Time // Allow's now, for SlowCallThreshold
+	slot   int32     // local probe slot, for probes
+	weight int32     // shared mode: the calls this sampled call stands for; 0 = not sampled
+	kind   permitKind
 }
 
 type permitKind uint8
@@ -127,21 +129,11 @@ type Breaker struct {
 	// unknown (a fault or the caller's end cut it): if the state read
 	// later is that epoch, with that start, this environment armed it.
 	pendingArm pendingArm
-	batch      fleetBatch
-	// prev holds the unreported remainders of ended fleet windows, oldest
-	// first, each with failures; each goes once, at once (usually with the
-	// call that notices its window's end, so there is at most one).
-	prev []fleetBatch
-	// sent is what was handed to Report for the latest fleet window in
-	// this generation, whatever the Report's fate: a batch re-derived from
-	// the rolling window (after a Store fault) leaves it out.
-	sent       fleetBatch
-	reportBusy bool // a Report is in flight
+	// pend holds the sampled counts not yet reported (see fleetcount.go).
+	pend       pending
+	reportBusy bool // a Report (or an alarm) is in flight
 	lastReport time.Time
-	// tallies are the latest fleet totals Report answered, for the two
-	// latest fleet windows this environment reported into: the fleet's
-	// failure ratio is estimated over a sliding window from them.
-	tallies [2]seenTally
+	lastAlarm  time.Time
 }
 
 // fleetSchedule is, for one open or half-open fleet epoch, when this
@@ -176,26 +168,10 @@ type pendingArm struct {
 	sinceMs int64 // the half-open epoch's start, Unix ms (as stores keep it)
 }
 
-// seenTally is a fleet window's totals as a Report answered them.
-type seenTally struct {
-	ok     bool
-	window int64  // first slot number of the fleet window
-	epoch  uint64 // the fleet epoch the Report was decided in
-	t      Tally
-}
-
-// fleetBatch is this environment's not yet reported counts for one fleet
-// window.
-type fleetBatch struct {
-	window    int64 // first slot number of the fleet window
-	successes int64
-	failures  int64
-	active    bool // gathering: this environment saw a failure in the window
-}
-
 type event struct {
 	from, to State
 	before   Counts
+	origin   Origin
 }
 
 // New returns a closed breaker. name identifies it in a Store and in
@@ -260,7 +236,7 @@ func (b *Breaker) Done(ctx context.Context, now time.Time, p Permit, o Outcome) 
 		return
 	}
 	w := b.word.Load()
-	if w&flagSlowDone == 0 && p.gen == w>>genShift && p.kind == permitCall {
+	if w&flagSlowDone == 0 && p.gen == w>>genShift && p.kind == permitCall && p.weight == 0 {
 		switch o {
 		case Success:
 			if b.s.SlowCallThreshold == 0 || now.Sub(p.start) <= b.s.SlowCallThreshold {
@@ -340,10 +316,10 @@ func (b *Breaker) Reset() {
 	b.state, b.openUntil, b.reopens = Closed, time.Time{}, 0
 	b.snap = Snapshot{}
 	b.degraded, b.held, b.lowerRead = false, false, false
-	b.lastReport = time.Time{}
-	b.loadedAt, b.sched, b.pendingArm, b.tallies = time.Time{}, fleetSchedule{}, pendingArm{}, [2]seenTally{}
+	b.lastReport, b.lastAlarm = time.Time{}, time.Time{}
+	b.loadedAt, b.sched, b.pendingArm = time.Time{}, fleetSchedule{}, pendingArm{}
 	b.newGenerationLocked()
-	b.announceLocked(b.lastNow, before)
+	b.announceLocked(b.lastNow, before, OriginLocal)
 	b.publishLocked(b.lastNow)
 	b.staleAt.Store(0)
 	evs := b.takeEventsLocked()
@@ -356,7 +332,7 @@ func (b *Breaker) setOverride(o Override) {
 	before := b.Counts()
 	b.override = o
 	b.newGenerationLocked()
-	b.announceLocked(b.lastNow, before)
+	b.announceLocked(b.lastNow, before, OriginLocal)
 	b.publishLocked(b.lastNow)
 	evs := b.takeEventsLocked()
 	b.mu.Unlock()
@@ -400,7 +376,7 @@ func (b *Breaker) allowSlow(ctx context.Context, now time.Time) (Permit, error) 
 		b.syncEffectiveLocked(now)
 		var d decision
 		if round < maxAllowRounds {
-			d = b.decideLocked(now)
+			d = b.decideLocked(now, attempt.IsRetry(ctx))
 		} else { // the fleet state kept moving under this call: give up on it
 			d.err = b.openError(max(b.effectiveLocked(now), Open), b.s.CacheTTL, false)
 		}
@@ -432,7 +408,7 @@ func (b *Breaker) allowSlow(ctx context.Context, now time.Time) (Permit, error) 
 }
 
 // decideLocked admits, rejects, or names the store call needed to decide.
-func (b *Breaker) decideLocked(now time.Time) decision {
+func (b *Breaker) decideLocked(now time.Time, retry bool) decision {
 	ov, until := b.overrideLocked(now)
 	switch ov {
 	case ForcedOpen:
@@ -444,12 +420,12 @@ func (b *Breaker) decideLocked(now time.Time) decision {
 	case Disabled:
 		return decision{permit: Permit{gen: b.gen, start: now, kind: permitUncounted}}
 	case ForcedClosed:
-		return b.admitLocked(now)
+		return b.admitLocked(now, retry)
 	}
 
 	switch b.state {
 	case Closed:
-		return b.admitLocked(now)
+		return b.admitLocked(now, retry)
 	case Open:
 		if b.sharedLocked() {
 			return b.decideFleetLocked(now)
@@ -555,23 +531,13 @@ func (b *Breaker) scheduleLocked(now time.Time) *fleetSchedule {
 		}
 	}
 	b.pendingArm = pendingArm{}
-	sc.writeAt = later(due, now).Add(sc.delay)
+	// Past due + delay (an environment that learns the epoch late: a
+	// caller whose calls are far apart, or one back from a freeze), the
+	// move may be made at once, on the state just read: a fresh read is
+	// what keeps environments from repeating each other's move, and
+	// postponing it would keep a sparse caller from ever probing.
+	sc.writeAt = due.Add(sc.delay)
 	return sc
-}
-
-// rebaseScheduleLocked, after a Load at now, postpones a fleet write whose
-// time passed while this environment did not read the state (it had no
-// calls, or a Lambda environment was frozen) by the epoch's delay from
-// now: environments that come back together spread their writes as they
-// would have at writeAt.
-func (b *Breaker) rebaseScheduleLocked(now, loadedBefore time.Time) {
-	sc := &b.sched
-	if !b.sharedLocked() || (b.state != Open && b.state != HalfOpen) || !sc.set || sc.epoch != b.snap.Epoch {
-		return
-	}
-	if loadedBefore.Before(sc.writeAt) && now.Sub(sc.writeAt) >= b.s.CacheTTL {
-		sc.writeAt = now.Add(sc.delay)
-	}
 }
 
 // probeTimeLocked returns when this environment's next probe may go, for
@@ -620,7 +586,11 @@ func (b *Breaker) randLocked() float64 {
 // environment's next fleet write is due sooner (it reads the state again
 // before making it).
 func (b *Breaker) freshUntilLocked(now time.Time) int64 {
-	t := now.Add(b.s.CacheTTL)
+	ttl := b.s.CacheTTL
+	if b.sharedLocked() && b.state == Closed && !b.watchingLocked(now) {
+		ttl *= quietTTLFactor // quiet: a failure here reads at once (see runAlarm)
+	}
+	t := now.Add(ttl)
 	if b.sharedLocked() && (b.state == Open || b.state == HalfOpen) {
 		if w := b.scheduleLocked(now).writeAt; now.Before(w) && w.Before(t) {
 			t = w
@@ -651,9 +621,19 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-func (b *Breaker) admitLocked(now time.Time) decision {
+// admitLocked admits a call while closed: it samples it for the fleet's
+// counts (a first attempt only: a retry exists because an attempt failed,
+// see internal/attempt), and adaptive throttling may reject it.
+func (b *Breaker) admitLocked(now time.Time, retry bool) decision {
+	var w int32
+	if !retry {
+		w = b.sampleLocked(now)
+	}
+	if err := b.throttleLocked(now); err != nil {
+		return decision{err: err}
+	}
 	b.win.addRequest(now.UnixNano())
-	return decision{permit: Permit{gen: b.gen, start: now}}
+	return decision{permit: Permit{gen: b.gen, start: now, weight: w}}
 }
 
 // freeProbeLocked returns a free local probe slot, or -1 and the time
@@ -702,7 +682,7 @@ func (b *Breaker) doneSlow(ctx context.Context, now time.Time, p Permit, o Outco
 	if p.kind == permitProbe {
 		j = b.probeDoneLocked(now, p, o)
 	} else if o != Excluded {
-		j = b.callDoneLocked(now, o)
+		j = b.callDoneLocked(now, p, o)
 	}
 	evs := b.takeEventsLocked()
 	b.mu.Unlock()
@@ -711,6 +691,8 @@ func (b *Breaker) doneSlow(ctx context.Context, now time.Time, p Permit, o Outco
 	switch j.op {
 	case opReport:
 		_ = b.runReport(ctx, j)
+	case opAlarm:
+		_ = b.runAlarm(ctx, j)
 	case opTransition:
 		_ = b.runTransition(ctx, now, j)
 	}
@@ -743,32 +725,28 @@ func (b *Breaker) probeDoneLocked(now time.Time, p Permit, o Outcome) job {
 		return b.transitionLocked(now, HalfOpen, next)
 	}
 	// Held on the local state machine: its own probe decides, locally.
-	// Success rejoins the fleet (closed, as last read); a failure is
-	// reported to the fleet window at once, like any failure this
-	// environment sees, so that the fleet trips if MinReporters
-	// environments see the outage.
+	// Success rejoins the fleet (closed, as last read); a failure keeps it
+	// held, open for longer. (Its probes are not fleet samples: the fleet's
+	// other environments sample their calls, and trip it if the partner
+	// is down.)
 	b.held = o == Failure
-	b.setMachineLocked(now, next.State, next.OpenUntil, next.Reopens)
-	if o == Success {
-		return job{}
-	}
-	b.batch = fleetBatch{window: b.win.fleetStart(b.win.number(now.UnixNano())), failures: 1, active: true}
-	return b.takeReportLocked(now, true, true) // at once: probes are an open duration apart
+	b.setMachineLocked(now, next.State, next.OpenUntil, next.Reopens, OriginLocal)
+	return job{}
 }
 
 // callDoneLocked handles a counted outcome of an ordinary call that could
 // not be recorded lock-free.
-func (b *Breaker) callDoneLocked(now time.Time, o Outcome) job {
+func (b *Breaker) callDoneLocked(now time.Time, p Permit, o Outcome) job {
 	if ov, _ := b.overrideLocked(now); ov != NoOverride || b.state != Closed {
 		return job{} // forced closed: counted, never trips
 	}
 	if !b.sharedLocked() {
 		if o == Failure && b.shouldTripLocked(now) {
-			b.setMachineLocked(now, Open, now.Add(b.openDurationLocked(0)), 0)
+			b.setMachineLocked(now, Open, now.Add(b.openDurationLocked(0)), 0, OriginLocal)
 		}
 		return job{}
 	}
-	return b.accountFleetLocked(now, o)
+	return b.accountFleetLocked(now, p, o)
 }
 
 // transitionLocked applies a transition of the local state machine, or
@@ -778,7 +756,7 @@ func (b *Breaker) transitionLocked(now time.Time, from State, next Snapshot) job
 		next.Epoch = b.snap.Epoch + 1
 		return job{op: opTransition, gen: b.gen, from: from, epoch: b.snap.Epoch, next: next}
 	}
-	b.setMachineLocked(now, next.State, next.OpenUntil, next.Reopens)
+	b.setMachineLocked(now, next.State, next.OpenUntil, next.Reopens, OriginLocal)
 	return job{}
 }
 
@@ -813,13 +791,13 @@ func (b *Breaker) openDurationLocked(reopens int) time.Duration {
 }
 
 // setMachineLocked moves the state machine to a new state in a new
-// generation.
-func (b *Breaker) setMachineLocked(now time.Time, st State, openUntil time.Time, reopens int) {
+// generation; origin says who decided it (for OnStateChange).
+func (b *Breaker) setMachineLocked(now time.Time, st State, openUntil time.Time, reopens int, origin Origin) {
 	before := b.Counts()
 	b.state, b.openUntil, b.reopens = st, openUntil, max(reopens, 0)
 	b.rawOpenUntil = openUntil
 	b.newGenerationLocked()
-	b.announceLocked(now, before)
+	b.announceLocked(now, before, origin)
 	b.publishLocked(now)
 }
 
@@ -829,7 +807,7 @@ func (b *Breaker) newGenerationLocked() {
 	b.succMark.Store(0)
 	b.consecFail.Store(0)
 	clear(b.probes)
-	b.batch, b.prev, b.sent = fleetBatch{}, nil, fleetBatch{}
+	b.pend = pending{}
 }
 
 // advanceLocked moves a local (or degraded) open breaker whose open
@@ -837,7 +815,7 @@ func (b *Breaker) newGenerationLocked() {
 // fleet (see decideLocked).
 func (b *Breaker) advanceLocked(now time.Time) {
 	if b.state == Open && !b.sharedLocked() && !now.Before(b.openUntil) {
-		b.setMachineLocked(now, HalfOpen, b.openUntil, b.reopens)
+		b.setMachineLocked(now, HalfOpen, b.openUntil, b.reopens, OriginLocal)
 	}
 }
 
@@ -872,21 +850,25 @@ func (b *Breaker) syncEffectiveLocked(now time.Time) {
 	if ov, _ := b.overrideLocked(now); ov != b.lastOv || b.effectiveLocked(now) != b.lastEff {
 		before := b.Counts()
 		b.newGenerationLocked()
-		b.announceLocked(now, before)
+		origin := OriginLocal
+		if b.override == NoOverride && b.store != nil {
+			origin = OriginFollowed // the fleet's override appeared, changed or lapsed
+		}
+		b.announceLocked(now, before, origin)
 	}
 	b.publishLocked(now)
 }
 
 // announceLocked queues an OnStateChange call if the effective state
 // changed, and records the override in force.
-func (b *Breaker) announceLocked(now time.Time, before Counts) {
+func (b *Breaker) announceLocked(now time.Time, before Counts, origin Origin) {
 	b.lastOv, _ = b.overrideLocked(now)
 	eff := b.effectiveLocked(now)
 	if eff == b.lastEff {
 		return
 	}
 	if b.s.OnStateChange != nil {
-		b.events = append(b.events, event{from: b.lastEff, to: eff, before: before})
+		b.events = append(b.events, event{from: b.lastEff, to: eff, before: before, origin: origin})
 	}
 	b.lastEff = eff
 }
@@ -899,7 +881,7 @@ func (b *Breaker) takeEventsLocked() []event {
 
 func (b *Breaker) fire(evs []event) {
 	for _, e := range evs {
-		b.s.OnStateChange(b.name, e.from, e.to, e.before)
+		b.s.OnStateChange(StateChange{Name: b.name, From: e.from, To: e.to, Counts: e.before, Origin: e.origin})
 	}
 }
 
@@ -910,8 +892,10 @@ func (b *Breaker) publishLocked(now time.Time) {
 	if ov, _ := b.overrideLocked(now); ov != NoOverride || b.state != Closed {
 		f |= flagSlowAllow | flagSlowDone
 	}
-	if b.batch.active || len(b.prev) > 0 {
-		f |= flagSlowDone
+	if b.samplingLocked(now) {
+		// Calls are sampled for the fleet: Allow draws the sample, Done
+		// counts it.
+		f |= flagSlowAllow | flagSlowDone
 	}
 	b.word.Store(b.gen<<genShift | f)
 }

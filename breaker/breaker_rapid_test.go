@@ -82,7 +82,8 @@ func TestRapidLocalBreaker(t *testing.T) {
 			Rand:                rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 1)).Float64,
 			HalfOpenProbes:      probes,
 			ProbeLease:          lease,
-			OnStateChange: func(_ string, from, to breaker.State, _ breaker.Counts) {
+			OnStateChange: func(c breaker.StateChange) {
+				from, to := c.From, c.To
 				events = append(events, to)
 				switch {
 				case to == breaker.Open:

@@ -19,6 +19,7 @@ var ctx = context.Background()
 type transition struct {
 	from, to breaker.State
 	before   breaker.Counts
+	origin   breaker.Origin
 }
 
 // recorder collects OnStateChange calls.
@@ -27,9 +28,9 @@ type recorder struct {
 	ts []transition
 }
 
-func (r *recorder) hook(_ string, from, to breaker.State, before breaker.Counts) {
+func (r *recorder) hook(c breaker.StateChange) {
 	r.mu.Lock()
-	r.ts = append(r.ts, transition{from, to, before})
+	r.ts = append(r.ts, transition{c.From, c.To, c.Counts, c.Origin})
 	r.mu.Unlock()
 }
 
@@ -477,12 +478,12 @@ func TestInFlightCountsAsRequest(t *testing.T) {
 func TestOnStateChangeRunsOutsideTheLock(t *testing.T) {
 	var b *breaker.Breaker
 	var seen []breaker.State
-	b = newBreaker(t, breaker.Settings{OnStateChange: func(name string, from, to breaker.State, before breaker.Counts) {
+	b = newBreaker(t, breaker.Settings{OnStateChange: func(c breaker.StateChange) {
 		// Calling back into the breaker would deadlock if the lock were held.
 		seen = append(seen, b.State(t0))
 		_ = b.Counts()
-		if name != "partner" {
-			t.Errorf("name = %q", name)
+		if c.Name != "partner" || c.Origin != breaker.OriginLocal {
+			t.Errorf("name = %q, origin %v; want partner, local", c.Name, c.Origin)
 		}
 	}})
 	calls(t, b, t0, breaker.Failure, 20)

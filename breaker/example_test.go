@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -49,8 +50,8 @@ func ExampleSettings_onStateChange() {
 		MinRequests:  4,
 		OpenDuration: 10 * time.Second,
 		Jitter:       breaker.NoJitter,
-		OnStateChange: func(name string, from, to breaker.State, before breaker.Counts) {
-			fmt.Printf("%s: %s -> %s after %d failures, %d successes\n", name, from, to, before.Failures, before.Successes)
+		OnStateChange: func(c breaker.StateChange) {
+			fmt.Printf("%s: %s -> %s after %d failures, %d successes\n", c.Name, c.From, c.To, c.Counts.Failures, c.Counts.Successes)
 		},
 	})
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -69,53 +70,55 @@ func ExampleSettings_onStateChange() {
 	// search: half-open -> closed after 0 failures, 1 successes
 }
 
-// With a Store, environments share one breaker. One sick environment cannot
-// open it for everyone (MinReporters); two can, and then every environment
-// rejects first attempts.
+// With a Store, environments share one breaker. While every call succeeds
+// the fleet writes nothing; a failure starts the fleet's watch, every
+// environment then reports a sample of its calls, and once the sampled
+// failure ratio is clearly above FailureRatio the breaker opens for
+// everyone, new environments included.
 func Example_fleet() {
 	ctx := context.Background()
 	store := local.NewBreakerStore() // package dynamo has the DynamoDB one
-	env := func(id string) *breaker.Breaker {
-		b, err := breaker.New("partner-api", breaker.Settings{Store: store, Env: id, Jitter: breaker.NoJitter})
+	env := func(seed uint64) *breaker.Breaker {
+		b, err := breaker.New("partner-api", breaker.Settings{
+			Store:  store,
+			Jitter: breaker.NoJitter,
+			Rand:   rand.New(rand.NewPCG(seed, 1)).Float64, // seeded for a stable output
+		})
 		if err != nil {
 			panic(err)
 		}
 		return b
 	}
-	a, b, c := env("env-a"), env("env-b"), env("env-c")
+	a, b := env(1), env(2)
 	start := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	// invoke is one Lambda invocation at `at` whose calls all fail. An
-	// environment reports its counts at its first failure, then at most
-	// once per ReportInterval (1 s); the handler's Flush sends what is due.
-	invoke := func(e *breaker.Breaker, at time.Time, calls int) {
-		for range calls {
-			if p, err := e.Allow(ctx, at); err == nil {
-				e.Done(ctx, at, p, breaker.Failure)
-			}
+	// invoke is one Lambda invocation at `at`: one call with outcome o,
+	// then Flush before returning (the environment may be frozen).
+	invoke := func(e *breaker.Breaker, at time.Time, o breaker.Outcome) {
+		if p, err := e.Allow(ctx, at); err == nil {
+			e.Done(ctx, at, p, o)
 		}
-		_ = e.Flush(ctx) // before returning: the environment may be frozen
+		_ = e.Flush(ctx)
 	}
-
-	invoke(a, start, 30)                 // the first failure is reported
-	invoke(a, start.Add(time.Second), 1) // a second later, the other 30
-	fmt.Println("after env-a alone:", a.State(start.Add(time.Second)))
-	invoke(b, start.Add(time.Second), 1)
-	fmt.Println("after env-b too:  ", b.State(start.Add(time.Second)))
-
-	_, err := c.Allow(ctx, start.Add(2*time.Second)) // a fresh environment
-	var oe *breaker.OpenError
-	if errors.As(err, &oe) {
-		// 29 s, plus this environment's own delay (under CacheTTL) so
-		// that the fleet does not move to half-open in lockstep.
-		fmt.Println("env-c:", oe.State, "for", oe.RetryAfter.Truncate(time.Second), "more")
+	for i := range 20 { // healthy: two environments, a call every 100 ms each
+		at := start.Add(time.Duration(i) * 100 * time.Millisecond)
+		invoke(a, at, breaker.Success)
+		invoke(b, at, breaker.Success)
 	}
-	st := store.Stats()
-	fmt.Printf("store: %d reads, %d writes\n", st.Reads, st.Writes)
+	fmt.Printf("healthy: %d writes\n", store.Stats().Writes)
+	for i := range 100 { // the partner fails
+		at := start.Add(2*time.Second + time.Duration(i)*100*time.Millisecond)
+		invoke(a, at, breaker.Failure)
+		invoke(b, at, breaker.Failure)
+	}
+	fmt.Println("after the outage began:", a.State(start.Add(12*time.Second)), b.State(start.Add(12*time.Second)))
+
+	c := env(3) // a fresh environment
+	_, err := c.Allow(ctx, start.Add(12*time.Second))
+	fmt.Println("fresh environment rejected:", errors.Is(err, breaker.ErrOpen))
 	// Output:
-	// after env-a alone: closed
-	// after env-b too:   open
-	// env-c: open for 29s more
-	// store: 4 reads, 4 writes
+	// healthy: 0 writes
+	// after the outage began: open open
+	// fresh environment rejected: true
 }
 
 // ForceOpen is a local kill switch: this process rejects every call.

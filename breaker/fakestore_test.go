@@ -17,7 +17,6 @@ type fakeStore struct {
 	mu        sync.Mutex
 	states    map[string]breaker.Snapshot // state fields only
 	overrides map[string]fakeOverride
-	windows   map[string]*fakeWindow
 	probes    map[string][]fakeProbe
 
 	loads, reports, transitions, acquires, setOverrides atomic.Int64
@@ -44,11 +43,6 @@ type fakeOverride struct {
 	until time.Time
 }
 
-type fakeWindow struct {
-	successes, failures int64
-	envs                map[string]bool
-}
-
 type fakeProbe struct {
 	taken      bool
 	epoch      uint64
@@ -59,7 +53,6 @@ func newFakeStore() *fakeStore {
 	return &fakeStore{
 		states:    map[string]breaker.Snapshot{},
 		overrides: map[string]fakeOverride{},
-		windows:   map[string]*fakeWindow{},
 		probes:    map[string][]fakeProbe{},
 		release:   make(chan struct{}),
 	}
@@ -111,23 +104,33 @@ func (f *fakeStore) Load(ctx context.Context, name string) (breaker.Snapshot, er
 	return s, nil
 }
 
-func (f *fakeStore) Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (breaker.Tally, error) {
+func (f *fakeStore) Report(ctx context.Context, name string, r breaker.Report) (breaker.Snapshot, error) {
 	f.reports.Add(1)
 	if err := f.gate(ctx, "report"); err != nil {
-		return breaker.Tally{}, err
+		return breaker.Snapshot{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	key := fmt.Sprintf("%s#w#%d", name, window.UnixMilli())
-	w := f.windows[key]
-	if w == nil {
-		w = &fakeWindow{envs: map[string]bool{}}
-		f.windows[key] = w
+	cur := f.states[name]
+	if cur.Epoch != r.Epoch {
+		f.conflicts.Add(1)
+		return cur, fmt.Errorf("fake store: epoch is %d, not %d: %w", cur.Epoch, r.Epoch, breaker.ErrConflict)
 	}
-	w.successes += successes
-	w.failures += failures
-	w.envs[env] = true
-	return breaker.Tally{Successes: w.successes, Failures: w.failures, Reporters: len(w.envs)}, nil
+	b := &cur.Buckets[r.Bucket%breaker.FleetSlots]
+	switch {
+	case b.Num == r.Bucket:
+		b.Requests += r.Requests
+		b.Successes += r.Successes
+		b.Failures += r.Failures
+		b.Samples += r.Samples
+	case b.Num < r.Bucket:
+		*b = breaker.Bucket{Num: r.Bucket, Requests: r.Requests, Successes: r.Successes, Failures: r.Failures, Samples: r.Samples}
+	}
+	if !r.WatchUntil.IsZero() {
+		cur.WatchUntil = r.WatchUntil
+	}
+	f.states[name] = cur
+	return cur, nil
 }
 
 func (f *fakeStore) Transition(ctx context.Context, name string, prevEpoch uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
@@ -145,6 +148,7 @@ func (f *fakeStore) Transition(ctx context.Context, name string, prevEpoch uint6
 		return cur, fmt.Errorf("fake store: epoch is %d, not %d: %w", cur.Epoch, prevEpoch, breaker.ErrConflict)
 	}
 	next.Override, next.OverrideUntil = breaker.NoOverride, time.Time{}
+	next.WatchUntil, next.Buckets = cur.WatchUntil, [breaker.FleetSlots]breaker.Bucket{}
 	f.states[name] = next
 	next.Override, next.OverrideUntil = ov.o, ov.until
 	return next, nil

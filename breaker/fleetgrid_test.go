@@ -39,3 +39,90 @@ func TestFleetGrid(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetGridAcceptance is issue 10's acceptance over the fleet-shape
+// grid, DynamoDB's per-item limits modelled, several seeds (each cell one
+// healthy window, then three failing ones):
+//
+//   - at a true failure ratio at or below FailureRatio − 0.2 the fleet
+//     never opens, in any window, the first included;
+//
+//   - at FailureRatio + 0.2 or above it is open in every environment
+//     within 2 windows: the fleet opens within 2 windows, and from then
+//     on no first attempt reaches the partner until the open period can
+//     end (a probe, OpenDuration less jitter after the trip);
+//
+//   - the breaker's item stays below 1,000 WCU/s and 3,000 RCU/s;
+//
+//   - healthy reads per call are at most 0.1 at 1,000 environments × 1
+//     call/s.
+//
+//     go test -count=1 -run 'TestFleetGridAcceptance$' -v ./breaker/
+func TestFleetGridAcceptance(t *testing.T) {
+	g := fleetsim.BreakerGrid()
+	g.HealthyWindows, g.FailingWindows = 1, 3
+	start := time.Now()
+	results, err := g.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("issue 10's acceptance over the grid:\n%s%s", fleetsim.BreakerTable(fleetsim.Groups(results)), fleetsim.GridFooter(results, time.Since(start)))
+	fr := breaker.DefaultFailureRatio
+	for _, r := range results {
+		c := r.Cell
+		switch {
+		case c.FailureRatio <= fr-0.2+1e-9:
+			if at := r.OpenedAfter(); at != fleetsim.Never {
+				t.Errorf("%v: a fleet failing %.0f%% of its attempts opened %v after the failures began (true ratio %.2f)",
+					c, 100*c.FailureRatio, at, r.Breaker.TrueFailureRatio)
+			}
+		case c.FailureRatio >= fr+0.2-1e-9:
+			opened := r.OpenedAfter()
+			if opened == fleetsim.Never || opened > 2*r.Window {
+				t.Errorf("%v: a fleet failing %.0f%% of its attempts opened %v after the failures began, want within 2 windows",
+					c, 100*c.FailureRatio, opened)
+				continue
+			}
+			from := r.FailFrom + 2*r.Window
+			until := r.Breaker.FleetOpen + time.Duration(float64(breaker.DefaultOpenDuration)*(1-breaker.DefaultJitter))
+			var slipped int64
+			for i, sec := range r.Seconds {
+				if at := time.Duration(i) * time.Second; at >= from && at+time.Second <= until {
+					slipped += sec.FirstAttempts
+				}
+			}
+			if slipped > 0 {
+				t.Errorf("%v: %d first attempts reached the partner between 2 windows after the failures began and the first possible probe (opened %v after)",
+					c, slipped, opened)
+			}
+		}
+		// The capacity model throttles an item at 1,000 WCU/s and 3,000
+		// RCU/s, so an item that reached either limit may have been
+		// refused requests: the breaker's must stay below them. (The
+		// global budget's item is issue 11's: budget/'s grid tests.)
+		if h := r.Store.Breaker; h.PeakWriteUnits >= 1000 || h.PeakReadUnits >= 3000 {
+			t.Errorf("%v: the breaker's item %s took %.0f WCU/s, %.0f RCU/s", c, h.WriteItem, h.PeakWriteUnits, h.PeakReadUnits)
+		}
+	}
+}
+
+// TestFleetHealthyReadsPerCall: 1,000 environments making about a call a
+// second each against a healthy partner for a minute read the breaker's
+// state at most 0.1 times per call, cold starts included (issue 10, item
+// 8), and write nothing.
+func TestFleetHealthyReadsPerCall(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		r, err := fleetsim.Run(fleetsim.Config{
+			Seed: seed, Strategy: fleetsim.GlobalBreaker(), Envs: 1000, CallsPerWindow: 10,
+			Duration: time.Minute,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rpc, wpc := r.ReadsPerCall(), r.WritesPerCall()
+		t.Logf("seed %d: %d calls, %.3f reads and %.3f writes per call", seed, r.Totals.Calls, rpc, wpc)
+		if rpc > 0.1 || wpc != 0 {
+			t.Errorf("seed %d: %.3f reads and %.3f writes per call, want at most 0.1 and 0", seed, rpc, wpc)
+		}
+	}
+}

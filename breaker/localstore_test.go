@@ -21,23 +21,26 @@ func TestLocalStoreFleetTripsAndRecovers(t *testing.T) {
 	a := newEnv(t, store, "a", nil)
 	b := newEnv(t, store, "b", nil)
 
-	calls(t, a.Breaker, t0, breaker.Failure, 30)
-	flushAt(t, a.Breaker, t0.Add(time.Second))
-	wantState(t, a.Breaker, t0, breaker.Closed) // one reporter only
-	calls(t, b.Breaker, t0, breaker.Failure, 1)
-	wantState(t, b.Breaker, t0, breaker.Open)
+	// a's first failure starts the fleet's watch; b, failing too, reads it
+	// and samples its calls; a's 29 sampled failures, reported a second
+	// later, trip the fleet.
+	calls(t, a.Breaker, t0.Add(-time.Second), breaker.Failure, 30)
+	calls(t, b.Breaker, t0.Add(-time.Second), breaker.Failure, 1)
+	wantState(t, a.Breaker, t0.Add(-time.Second), breaker.Closed) // nothing reported yet but the alarm
+	flushAt(t, a.Breaker, t0)
+	wantState(t, a.Breaker, t0, breaker.Open)
 
 	snap, err := store.Load(ctx, "partner")
 	if err != nil || snap.State != breaker.Open || snap.Epoch != 1 || !snap.OpenUntil.Equal(t0.Add(30*time.Second)) {
 		t.Fatalf("stored %+v, %v: want open at epoch 1 until t0+30s", snap, err)
 	}
-	// a fresh environment sees it at once, a within CacheTTL.
+	// a fresh environment sees it at once, b (watching) within CacheTTL.
 	c := newEnv(t, store, "c", nil)
 	_, err = c.Allow(ctx, t0.Add(500*time.Millisecond))
 	if oe := mustOpenError(t, err); oe.RetryAfter != 29500*time.Millisecond {
 		t.Fatalf("fresh environment: %+v", oe)
 	}
-	_, err = a.Allow(ctx, t0.Add(time.Second))
+	_, err = b.Allow(ctx, t0)
 	mustOpenError(t, err)
 
 	// Exactly one probe among many concurrent callers in three environments.
@@ -79,11 +82,11 @@ func TestLocalStoreFleetTripsAndRecovers(t *testing.T) {
 
 func TestLocalStoreLostProbeLeaseLapses(t *testing.T) {
 	store := memstore.NewBreakerStore(memstore.Options{})
-	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.MinReporters = 1; s.ProbeLease = 3 * time.Second })
-	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.MinReporters = 1; s.ProbeLease = 3 * time.Second })
+	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.ProbeLease = 3 * time.Second })
+	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.ProbeLease = 3 * time.Second })
 	calls(t, b.Breaker, t0, breaker.Success, 1)
-	calls(t, a.Breaker, t0, breaker.Failure, 20)
-	flushAt(t, a.Breaker, t0.Add(time.Second)) // a alone trips (MinReporters 1)
+	calls(t, a.Breaker, t0, breaker.Failure, 21)
+	flushAt(t, a.Breaker, t0.Add(time.Second)) // a alone trips
 	at := t0.Add(31 * time.Second)
 	if p, err := a.Allow(ctx, at); err != nil || !p.Probe() {
 		t.Fatalf("a: %v, want a probe", err) // then a's environment is lost

@@ -26,7 +26,7 @@ import (
 type swapStore struct {
 	mu    sync.Mutex
 	inner *local.BreakerStore
-	// applied fleet-window totals by window start (Unix ms).
+	// applied fleet counts by bucket number.
 	appliedSucc, appliedFail map[int64]int64
 
 	loads, reports, transitions, acquires atomic.Int64
@@ -64,10 +64,18 @@ func (s *swapStore) gate(op string) error {
 	return nil
 }
 
-func (s *swapStore) applied(window time.Time) (successes, failures int64) {
+// appliedTotal returns the counts Reports really applied, over every
+// bucket.
+func (s *swapStore) appliedTotal() (successes, failures int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.appliedSucc[window.UnixMilli()], s.appliedFail[window.UnixMilli()]
+	for _, n := range s.appliedSucc {
+		successes += n
+	}
+	for _, n := range s.appliedFail {
+		failures += n
+	}
+	return successes, failures
 }
 
 func (s *swapStore) Load(ctx context.Context, name string) (breaker.Snapshot, error) {
@@ -78,27 +86,27 @@ func (s *swapStore) Load(ctx context.Context, name string) (breaker.Snapshot, er
 	return s.store().Load(ctx, name)
 }
 
-func (s *swapStore) Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (breaker.Tally, error) {
+func (s *swapStore) Report(ctx context.Context, name string, r breaker.Report) (breaker.Snapshot, error) {
 	s.reports.Add(1)
 	if err := s.gate("report"); err != nil {
-		return breaker.Tally{}, err
+		return breaker.Snapshot{}, err
 	}
 	if s.failReports.Load() > 0 {
 		s.failReports.Add(-1)
-		return breaker.Tally{}, fmt.Errorf("%w: report: %w", breaker.ErrStore, errSwapInjected)
+		return breaker.Snapshot{}, fmt.Errorf("%w: report: %w", breaker.ErrStore, errSwapInjected)
 	}
-	t, err := s.store().Report(ctx, name, window, env, successes, failures, expires)
+	snap, err := s.store().Report(ctx, name, r)
 	if err == nil {
 		s.mu.Lock()
-		s.appliedSucc[window.UnixMilli()] += successes
-		s.appliedFail[window.UnixMilli()] += failures
+		s.appliedSucc[r.Bucket] += r.Successes
+		s.appliedFail[r.Bucket] += r.Failures
 		s.mu.Unlock()
 	}
 	if s.loseReports.Load() > 0 {
 		s.loseReports.Add(-1)
-		return breaker.Tally{}, fmt.Errorf("%w: report timed out after it was applied: %w", breaker.ErrStore, errSwapInjected)
+		return breaker.Snapshot{}, fmt.Errorf("%w: report timed out after it was applied: %w", breaker.ErrStore, errSwapInjected)
 	}
-	return t, err
+	return snap, err
 }
 
 func (s *swapStore) Transition(ctx context.Context, name string, prevEpoch uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
@@ -159,7 +167,6 @@ func cycleFleet(t *testing.T, store *swapStore, e env) time.Time {
 }
 
 func resetSettings(s *breaker.Settings) {
-	s.MinReporters = 1
 	s.MinRequests = 2
 	s.OpenDuration = time.Second
 	s.ReportInterval = time.Millisecond
@@ -296,25 +303,25 @@ func TestSharedStateLostWhileOpen(t *testing.T) {
 	// succeeds at once (no conflict with the epoch it knew before).
 	c := newEnv(t, store, "c", nil)
 	at = at.Add(time.Second)
-	calls(t, c.Breaker, at, breaker.Failure, 19)
-	flushAt(t, c.Breaker, at.Add(time.Second))
 	conflicts := store.conflicts.Load()
-	calls(t, b.Breaker, at, breaker.Failure, 1)
+	calls(t, c.Breaker, at, breaker.Failure, 21)
+	flushAt(t, c.Breaker, at.Add(time.Second))
 	if st := store.state("partner"); st.State != breaker.Open || st.Epoch != 1 {
 		t.Fatalf("stored %+v, want open at epoch 1", st)
 	}
 	if store.conflicts.Load() != conflicts {
 		t.Fatal("the trip after the reset conflicted")
 	}
-	wantState(t, b.Breaker, at, breaker.Open)
+	// b, closed on a quiet state, learns it at its next failure.
+	call(t, b.Breaker, at.Add(2*time.Second), breaker.Failure)
+	wantState(t, b.Breaker, at.Add(2*time.Second), breaker.Open)
 }
 
 // TestSharedDegradedOpenStaysOpenUntilItsProbe: an environment that
 // tripped on its local state machine while the store was away stays open
 // when the store comes back and says the fleet is closed; it probes on its
 // own when its open duration ends, and only a successful probe closes it.
-// Its failed probe is reported to the fleet window; the fleet state is
-// never written by it alone.
+// The fleet state is never written by it alone.
 func TestSharedDegradedOpenStaysOpenUntilItsProbe(t *testing.T) {
 	store := newSwapStore()
 	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.MinRequests = 5 })
@@ -350,9 +357,6 @@ func TestSharedDegradedOpenStaysOpenUntilItsProbe(t *testing.T) {
 	if oe := mustOpenError(t, err); oe.State != breaker.Open || oe.RetryAfter != 59*time.Second {
 		t.Fatalf("after the failed probe: %+v, want re-opened locally with RetryAfter 59s", oe)
 	}
-	if succ, fail := store.applied(at.Truncate(10 * time.Second)); succ != 0 || fail != 1 {
-		t.Fatalf("fleet window holds %d successes, %d failures; want the failed probe reported", succ, fail)
-	}
 	at = at.Add(time.Minute)
 	p, err = a.Allow(ctx, at)
 	if err != nil || !p.Probe() {
@@ -375,15 +379,13 @@ func TestSharedDegradedOpenStaysOpenUntilItsProbe(t *testing.T) {
 		}
 	}
 
-	// Back in the fleet: its failures are reported and, with a second
-	// reporter, trip the fleet.
-	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.MinRequests = 5 })
+	// Back in the fleet: a failure starts the fleet's watch, the calls
+	// after it are sampled and trip the fleet.
 	at = at.Add(time.Second)
-	calls(t, b.Breaker, at, breaker.Failure, 1)
-	calls(t, a.Breaker, at, breaker.Failure, 5)
+	calls(t, a.Breaker, at, breaker.Failure, 6) // the alarm, then MinRequests (5) samples
 	flushAt(t, a.Breaker, at.Add(time.Second))
 	if st := store.stored(t); st.State != breaker.Open || st.Epoch != 1 {
-		t.Fatalf("stored %+v, want the fleet tripped by two reporters", st)
+		t.Fatalf("stored %+v, want the fleet tripped by the sampled failures", st)
 	}
 }
 
@@ -402,32 +404,30 @@ func TestSharedDegradedOpenFollowsTheFleetWhenItOpens(t *testing.T) {
 		_, err := a.Allow(ctx, t0.Add(time.Second)) // held open
 		mustOpenError(t, err)
 
-		// Two other environments trip the fleet: open until t0+12s.
+		// Another environment trips the fleet at t0+3s: open until t0+13s.
 		b := newEnv(t, store, "b", settings)
-		c := newEnv(t, store, "c", settings)
 		at := t0.Add(2 * time.Second)
-		calls(t, b.Breaker, at, breaker.Failure, 4)
+		calls(t, b.Breaker, at, breaker.Failure, 6) // the alarm, then MinRequests (5) samples
 		flushAt(t, b.Breaker, at.Add(time.Second))
-		calls(t, c.Breaker, at, breaker.Failure, 1)
 		if st := store.stored(t); st.State != breaker.Open || st.Epoch != 1 {
 			t.Fatalf("stored %+v, want the fleet open", st)
 		}
 		_, err = a.Allow(ctx, t0.Add(3*time.Second))
-		if oe := mustOpenError(t, err); oe.RetryAfter != 9*time.Second {
-			t.Fatalf("%+v, want the fleet's open state (RetryAfter 9s)", oe)
+		if oe := mustOpenError(t, err); oe.RetryAfter != 10*time.Second {
+			t.Fatalf("%+v, want the fleet's open state (RetryAfter 10s)", oe)
 		}
 		// At t0+10s its own open duration would have ended: the fleet's
 		// decides now, and it has not.
 		_, err = a.Allow(ctx, t0.Add(10*time.Second))
-		if oe := mustOpenError(t, err); oe.State != breaker.Open || oe.RetryAfter != 2*time.Second {
-			t.Fatalf("%+v, want open with RetryAfter 2s", oe)
+		if oe := mustOpenError(t, err); oe.State != breaker.Open || oe.RetryAfter != 3*time.Second {
+			t.Fatalf("%+v, want open with RetryAfter 3s", oe)
 		}
 		// The fleet's probe.
-		p, err := a.Allow(ctx, t0.Add(12*time.Second))
+		p, err := a.Allow(ctx, t0.Add(13*time.Second))
 		if err != nil || !p.Probe() {
 			t.Fatalf("%v, want the fleet probe", err)
 		}
-		a.Done(ctx, t0.Add(12*time.Second), p, breaker.Success)
+		a.Done(ctx, t0.Add(13*time.Second), p, breaker.Success)
 		if st := store.stored(t); st.State != breaker.Closed || st.Epoch != 3 {
 			t.Fatalf("stored %+v, want closed at epoch 3", st)
 		}
@@ -456,68 +456,59 @@ func TestSharedDegradedOpenFollowsTheFleetWhenItOpens(t *testing.T) {
 	})
 }
 
-// TestSharedLostReportAnswerIsNotCountedTwice: a Report applied but
-// answered with an error is not sent again when the environment rejoins
-// the fleet in the same window.
+// TestSharedLostReportAnswerIsNotCountedTwice: sampled counts leave this
+// environment when their Report is decided, whatever its fate: a Report
+// applied but answered with an error is not sent again when the
+// environment rejoins the fleet, and one that failed before it was
+// applied is lost, never sent twice.
 func TestSharedLostReportAnswerIsNotCountedTwice(t *testing.T) {
 	settings := func(s *breaker.Settings) {
-		s.Env = "e"
 		s.MinRequests = 1000
 		s.CacheTTL = 100 * time.Millisecond
 		s.ReportInterval = time.Millisecond
 	}
-	t.Run("applied, answer lost", func(t *testing.T) {
-		store := newSwapStore()
-		store.loseReports.Store(1)
-		a := newEnv(t, store, "a", settings)
-		calls(t, a.Breaker, t0, breaker.Success, 3)
-		calls(t, a.Breaker, t0, breaker.Failure, 1) // reported: applied, answered with an error
-		if op, _ := a.errs.last(t); op != "report" {
-			t.Fatalf("op = %q, want report", op)
-		}
-		at := t0.Add(200 * time.Millisecond) // the store is read again: back in the fleet
-		calls(t, a.Breaker, at, breaker.Success, 5)
-		calls(t, a.Breaker, at, breaker.Failure, 1)
-		if err := a.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if succ, fail := store.applied(t0); succ != 8 || fail != 2 {
-			t.Fatalf("fleet window holds %d successes, %d failures; the environment saw 8 and 2", succ, fail)
-		}
-	})
-	t.Run("not applied: lost, not double-counted", func(t *testing.T) {
-		store := newSwapStore()
-		store.failReports.Store(1)
-		a := newEnv(t, store, "a", settings)
-		calls(t, a.Breaker, t0, breaker.Success, 3)
-		calls(t, a.Breaker, t0, breaker.Failure, 1) // the report fails before the store
-		at := t0.Add(200 * time.Millisecond)
-		calls(t, a.Breaker, at, breaker.Success, 5)
-		calls(t, a.Breaker, at, breaker.Failure, 1)
-		if err := a.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		// The documented bound: a report whose fate is unknown is not
-		// sent again, so its counts are lost if it was not applied.
-		if succ, fail := store.applied(t0); succ != 5 || fail != 1 {
-			t.Fatalf("fleet window holds %d successes, %d failures; want 5 and 1 (the failed report's 3 and 1 lost)", succ, fail)
-		}
-	})
-	t.Run("new generation in the same window", func(t *testing.T) {
-		store := newSwapStore()
-		store.loseReports.Store(1)
-		a := newEnv(t, store, "a", settings)
-		calls(t, a.Breaker, t0, breaker.Success, 3)
-		calls(t, a.Breaker, t0, breaker.Failure, 1) // applied, answer lost
-		a.Reset()                                   // new generation: counts start from zero
-		at := t0.Add(200 * time.Millisecond)
-		calls(t, a.Breaker, at, breaker.Success, 2)
-		calls(t, a.Breaker, at, breaker.Failure, 1)
-		if err := a.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if succ, fail := store.applied(t0); succ != 5 || fail != 2 {
-			t.Fatalf("fleet window holds %d successes, %d failures; want 3+2 and 1+1 (nothing subtracted twice)", succ, fail)
-		}
-	})
+	// watching: a failure starts the fleet's watch (the alarm, a report
+	// with no counts), so that what follows is sampled.
+	watching := func(t *testing.T, a env) {
+		t.Helper()
+		calls(t, a.Breaker, t0.Add(-time.Second), breaker.Failure, 1)
+		wantState(t, a.Breaker, t0, breaker.Closed)
+	}
+	for _, c := range []struct {
+		name            string
+		lose, fail      int64
+		wantSucc, wantF int64
+	}{
+		// The first sampled call (a success) is reported at once and meets
+		// the fault; the two calls after it, made on the local state
+		// machine, are not sampled; back in the fleet, 5 successes and a
+		// failure are.
+		{"applied, answer lost", 1, 0, 6, 1},
+		{"not applied: lost, not double-counted", 0, 1, 5, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := newSwapStore()
+			a := newEnv(t, store, "a", settings)
+			watching(t, a)
+			store.loseReports.Store(c.lose)
+			store.failReports.Store(c.fail)
+			calls(t, a.Breaker, t0, breaker.Success, 3)
+			calls(t, a.Breaker, t0, breaker.Failure, 1)
+			if op, _ := a.errs.last(t); op != "report" {
+				t.Fatalf("op = %q, want report", op)
+			}
+			at := t0.Add(200 * time.Millisecond) // the store is read again: back in the fleet
+			calls(t, a.Breaker, at, breaker.Success, 5)
+			calls(t, a.Breaker, at.Add(time.Millisecond), breaker.Failure, 1)
+			if err := a.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Every call was sampled (Rand is 0) and counts for
+			// initialSampling calls while no bucket is complete.
+			succ, fail := store.appliedTotal()
+			if succ != c.wantSucc*4 || fail != c.wantF*4 {
+				t.Fatalf("fleet counts hold %d successes, %d failures; want %d and %d (×4)", succ, fail, c.wantSucc, c.wantF)
+			}
+		})
+	}
 }

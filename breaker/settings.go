@@ -1,13 +1,9 @@
 package breaker
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"time"
-	"unicode"
-	"unicode/utf8"
 )
 
 // Defaults applied by New to the zero fields of Settings.
@@ -42,9 +38,6 @@ const (
 	DefaultCacheTTL = time.Second
 	// DefaultStoreTimeout bounds every Store call.
 	DefaultStoreTimeout = 50 * time.Millisecond
-	// DefaultMinReporters is the number of distinct environments that must
-	// have reported into a fleet window before it can trip the fleet.
-	DefaultMinReporters = 2
 	// DefaultReportInterval is the shortest time between two reports of
 	// one environment's counts to the Store.
 	DefaultReportInterval = time.Second
@@ -65,8 +58,6 @@ const (
 	// refused AcquireProbe): a larger limit would make every AcquireProbe
 	// fail there.
 	MaxHalfOpenProbes = 64
-	// maxEnvLen bounds Settings.Env.
-	maxEnvLen = 256
 	// openGrowth is the factor the open duration grows by on every re-open.
 	openGrowth = 2
 )
@@ -90,10 +81,9 @@ type Settings struct {
 	// Window is the length of the rolling window (DefaultWindow if 0). It
 	// rolls in WindowSlots steps (DefaultWindowSlots if 0, at most
 	// MaxWindowSlots). Window must be at least a millisecond. With a Store,
-	// Window is also the length of the fleet windows, which are aligned to
-	// the Unix epoch so that every environment computes the same window
-	// keys; it must then be a whole number of milliseconds and a whole
-	// multiple of WindowSlots nanoseconds.
+	// Window is also the length of the fleet's rolling window, kept in the
+	// Store as FleetSlots buckets aligned to the Unix epoch; it must then
+	// be a whole multiple of FleetSlots milliseconds.
 	Window      time.Duration
 	WindowSlots int
 
@@ -122,7 +112,9 @@ type Settings struct {
 	// Rand returns uniformly distributed numbers in [0, 1) for the jitter
 	// and, in shared mode, for this environment's delay past the end of an
 	// open period (in [0, CacheTTL), drawn once per fleet epoch: see the
-	// package documentation). nil means math/rand/v2's Float64. It is called with the breaker's
+	// package documentation) and for the draw that samples a call for the
+	// fleet's counts (one in k: a Rand that returns a constant samples all
+	// calls or none). nil means math/rand/v2's Float64. It is called with the breaker's
 	// lock held, so it need not be safe for concurrent use unless several
 	// breakers share it. Values outside [0, 1) are clamped.
 	Rand func() float64
@@ -148,11 +140,24 @@ type Settings struct {
 
 	// OnStateChange, if not nil, is called on every change of the state
 	// State reports, whatever its cause (a trip, a probe's result, a fleet
-	// state read from the Store, an override), with the counts as they
-	// were before the change. It is called without the breaker's lock
-	// held, from the goroutine whose call caused the change, and may call
-	// the breaker's methods.
-	OnStateChange func(name string, from, to State, before Counts)
+	// state read from the Store, an override). StateChange.Origin tells a
+	// fleet transition this environment wrote (one per transition,
+	// fleet-wide) from one it merely followed. It is called without the
+	// breaker's lock held, from the goroutine whose call caused the
+	// change, and may call the breaker's methods.
+	OnStateChange func(StateChange)
+
+	// Adaptive replaces the hard stop by adaptive throttling, fleet-wide:
+	// the breaker never trips to Open on the failure ratio (overrides still
+	// apply); instead, while the fleet counts failures, each call is
+	// admitted with the share of calls the partner can take, by the Google
+	// SRE book's client-side throttling over the fleet's sampled counts:
+	// 1 − (requests − 1.25 × accepted) / (requests + 1) over the latest few
+	// seconds, at least 2% (the probes that see the partner heal), and
+	// every call again as soon as the admitted calls succeed. Rejections
+	// are *OpenError values with Throttled set. It needs a Store: see the
+	// package documentation.
+	Adaptive bool
 
 	// Store, if not nil, shares the breaker's state with every process
 	// that names the same breaker in the same store. nil keeps the breaker
@@ -160,10 +165,14 @@ type Settings struct {
 	Store Store
 
 	// CacheTTL is how long the fleet state read from the Store is trusted
-	// (DefaultCacheTTL if 0): a breaker calls Store.Load at most once per
-	// CacheTTL, plus once before each move of the fleet it may make while
-	// the fleet is open or half-open (typically once, when an open period
-	// ends). Those moves are spread over CacheTTL across the fleet.
+	// while the fleet is counting failures, open or half-open
+	// (DefaultCacheTTL if 0); while it is closed and quiet (no failure
+	// anywhere for two Windows), ten times as long. A breaker calls
+	// Store.Load at most once per such period, plus once when a failure
+	// finds the fleet quiet, plus once before each move of the fleet it may
+	// make while the fleet is open or half-open (typically once, when an
+	// open period ends). Those moves are spread over CacheTTL across the
+	// fleet.
 	CacheTTL time.Duration
 
 	// StoreTimeout bounds every Store call (DefaultStoreTimeout if 0). Each
@@ -171,22 +180,10 @@ type Settings struct {
 	// the caller's deadline too.
 	StoreTimeout time.Duration
 
-	// MinReporters is the number of distinct environments that must have
-	// reported into a fleet window before its ratio can trip the fleet
-	// (DefaultMinReporters if 0), so that one sick environment cannot open
-	// the breaker everywhere. 1 lets any single environment trip it.
-	MinReporters int
-
 	// ReportInterval is the shortest time between two reports of this
-	// environment's counts for the current fleet window
-	// (DefaultReportInterval if 0), Flush included. Only the remainder of a
-	// window that has ended may go sooner (once per window).
+	// environment's sampled counts (DefaultReportInterval if 0), Flush
+	// included.
 	ReportInterval time.Duration
-
-	// Env identifies this execution environment among the reporters of a
-	// fleet window (a random id if empty). At most 256 bytes of printable
-	// UTF-8. Two processes must not share one.
-	Env string
 
 	// OnStoreError, if not nil, is called (without the breaker's lock held)
 	// with every Store fault, op being "load", "report", "transition" or
@@ -250,11 +247,15 @@ func (s Settings) resolve() (Settings, error) {
 	}
 	if s.Store != nil {
 		if s.Window%time.Millisecond != 0 {
-			return s, settingsErr("Window", "is %v; with a Store it must be a whole number of milliseconds (fleet windows are keyed by their start in Unix milliseconds)", s.Window)
+			return s, settingsErr("Window", "is %v; with a Store it must be a whole number of milliseconds (fleet buckets are numbered in Unix milliseconds)", s.Window)
 		}
-		if int64(s.Window)%int64(s.WindowSlots) != 0 {
-			return s, settingsErr("WindowSlots", "is %d; with a Store, Window (%v) must be a whole multiple of WindowSlots nanoseconds so that slots align with fleet windows", s.WindowSlots, s.Window)
+		if s.Window.Milliseconds()%FleetSlots != 0 {
+			return s, settingsErr("Window", "is %v; with a Store it must be a whole multiple of %d ms (the fleet's window is kept as %d buckets)", s.Window, FleetSlots, FleetSlots)
 		}
+	}
+
+	if s.Adaptive && s.Store == nil {
+		return s, settingsErr("Adaptive", "needs a Store: it throttles on the fleet's counts")
 	}
 
 	if s.ConsecutiveFailures < 0 {
@@ -309,18 +310,6 @@ func (s Settings) resolve() (Settings, error) {
 		return s, err
 	}
 
-	switch {
-	case s.MinReporters < 0:
-		return s, settingsErr("MinReporters", "is %d; want at least 0 (0 for the default %d)", s.MinReporters, DefaultMinReporters)
-	case s.MinReporters == 0:
-		s.MinReporters = DefaultMinReporters
-	}
-
-	if s.Env == "" {
-		s.Env = randomEnv()
-	} else if err := validateEnv(s.Env); err != nil {
-		return s, err
-	}
 	return s, nil
 }
 
@@ -332,27 +321,4 @@ func durationOrDefault(field string, d, def time.Duration) (time.Duration, error
 		return def, nil
 	}
 	return d, nil
-}
-
-func validateEnv(env string) error {
-	if len(env) > maxEnvLen {
-		return settingsErr("Env", "is %d bytes long; at most %d allowed", len(env), maxEnvLen)
-	}
-	if !utf8.ValidString(env) {
-		return settingsErr("Env", "%q is not valid UTF-8", env)
-	}
-	for i, r := range env {
-		if !unicode.IsPrint(r) {
-			return settingsErr("Env", "%q has a non-printable character %q at byte %d", env, r, i)
-		}
-	}
-	return nil
-}
-
-// randomEnv returns an id that is, for all practical purposes, unique to
-// this process: "env-" and 16 random hex digits.
-func randomEnv() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes the program instead)
-	return "env-" + hex.EncodeToString(b[:])
 }

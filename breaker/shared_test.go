@@ -59,7 +59,6 @@ func newEnv(t testing.TB, store breaker.Store, id string, mod func(*breaker.Sett
 	e := env{rec: &recorder{}, errs: &storeErrors{}}
 	s := breaker.Settings{
 		Store:         store,
-		Env:           id,
 		Jitter:        breaker.NoJitter,
 		Rand:          func() float64 { return 0 },
 		StoreTimeout:  10 * time.Second,
@@ -84,63 +83,34 @@ func flushAt(t testing.TB, b *breaker.Breaker, at time.Time) {
 	}
 }
 
-func TestSharedOneSickEnvironmentDoesNotTripTheFleet(t *testing.T) {
-	store := newFakeStore()
-	a := newEnv(t, store, "a", nil)
-	b := newEnv(t, store, "b", nil)
-	calls(t, b.Breaker, t0, breaker.Success, 1) // b reads the fleet state at t0
-
-	calls(t, a.Breaker, t0, breaker.Failure, 30)
-	flushAt(t, a.Breaker, t0.Add(time.Second))
-	if got := store.reports.Load(); got != 2 {
-		t.Fatalf("reports = %d, want 2 (the first failure at once, the rest by Flush ReportInterval later)", got)
-	}
-	wantState(t, a.Breaker, t0, breaker.Closed) // 30 of 30 failed, but one reporter
-	if st := store.state("partner"); st.State != breaker.Closed || st.Epoch != 0 {
-		t.Fatalf("stored state = %+v, want untouched", st)
-	}
-
-	// A second environment's failure makes two reporters: the fleet trips.
-	calls(t, b.Breaker, t0.Add(100*time.Millisecond), breaker.Failure, 1)
-	st := store.state("partner")
-	if st.State != breaker.Open || st.Epoch != 1 || st.Reopens != 0 || !st.OpenUntil.Equal(t0.Add(30100*time.Millisecond)) {
-		t.Fatalf("stored state = %+v, want open at epoch 1 until t0+30.1s", st)
-	}
-	wantState(t, b.Breaker, t0.Add(100*time.Millisecond), breaker.Open)
-	if got := b.rec.last(t); got.from != breaker.Closed || got.to != breaker.Open || got.before.Failures != 1 || got.before.Successes != 1 {
-		t.Fatalf("b's OnStateChange = %+v", got)
-	}
-
-	// a learns it once its cached state is CacheTTL old, not before.
-	if !call(t, a.Breaker, t0.Add(999*time.Millisecond), breaker.Success) {
-		t.Fatal("a rejected a call before its cache expired")
-	}
-	_, err := a.Allow(ctx, t0.Add(time.Second))
-	if oe := mustOpenError(t, err); oe.RetryAfter != 29100*time.Millisecond || oe.State != breaker.Open {
-		t.Fatalf("a after CacheTTL: %+v, want open with RetryAfter 29.1s", oe)
-	}
-	// A fresh environment sees it at its first call.
-	c := newEnv(t, store, "c", nil)
-	_, err = c.Allow(ctx, t0.Add(10*time.Second))
-	if oe := mustOpenError(t, err); oe.RetryAfter != 20100*time.Millisecond {
-		t.Fatalf("fresh environment: %+v, want RetryAfter 20.1s", oe)
-	}
+// watching makes e start the fleet's watch (or learn it) with a failure a
+// second before at: an environment samples its calls from the start of
+// the bucket after the one it learnt of the watch in, so e samples from
+// at on (buckets are 1 s by default, at is whole seconds in these tests).
+func watching(t testing.TB, e env, at time.Time) {
+	t.Helper()
+	calls(t, e.Breaker, at.Add(-time.Second), breaker.Failure, 1)
 }
 
-// tripFleet opens the breaker in store at `at` through two environments,
-// and returns them; the second one tripped it. The first one's 19
-// failures at `at` are reported by its Flush ReportInterval later (each
-// environment has its own clock), the second one's failure at `at` makes
-// 20 failures from two reporters.
-func tripFleet(t *testing.T, store *fakeStore, at time.Time, mod func(*breaker.Settings)) (env, env) {
+// tripFleet opens the breaker in store at `at` and returns two
+// environments: a, which read the fleet state (quiet, closed) two seconds
+// before, and b, which tripped it. b's first failure starts the fleet's
+// watch; its 20 failures a second before `at` are sampled (Rand is 0:
+// every call) and reported with its failure at `at`, once ReportInterval
+// has passed: 21 sampled failures (at least MinRequests), each counting
+// for initialSampling (4) calls, trip the fleet at `at`.
+func tripFleet(t *testing.T, store breaker.Store, at time.Time, mod func(*breaker.Settings)) (env, env) {
 	t.Helper()
 	a := newEnv(t, store, "a", mod)
 	b := newEnv(t, store, "b", mod)
-	calls(t, a.Breaker, at, breaker.Failure, 19)
-	flushAt(t, a.Breaker, at.Add(breaker.DefaultReportInterval))
+	before := at.Add(-breaker.DefaultReportInterval)
+	calls(t, a.Breaker, before.Add(-time.Second), breaker.Success, 1)
+	watching(t, b, before)
+	calls(t, b.Breaker, before, breaker.Failure, 20)
 	calls(t, b.Breaker, at, breaker.Failure, 1)
-	if st := store.state("partner"); st.State != breaker.Open {
-		t.Fatalf("fleet did not trip: %+v", st)
+	snap, err := store.Load(ctx, "partner")
+	if err != nil || snap.State != breaker.Open {
+		t.Fatalf("fleet did not trip: %+v, %v", snap, err)
 	}
 	return a, b
 }
@@ -282,132 +252,64 @@ func TestSharedFailedProbeReopensWithGrowth(t *testing.T) {
 	}
 }
 
+// TestSharedTransitionConflictAdoptsTheWinner: two environments watch the
+// same failing partner; b trips the fleet first. a, still caching epoch 0,
+// reports its sampled failures: the report is decided on epoch 0, so the
+// store refuses it (its counts belong to the epoch before the trip) and a
+// adopts b's state instead of writing one of its own.
 func TestSharedTransitionConflictAdoptsTheWinner(t *testing.T) {
 	store := newFakeStore()
 	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.MinRequests = 2 })
 	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.MinRequests = 2 })
-	calls(t, a.Breaker, t0, breaker.Success, 1)
-	calls(t, b.Breaker, t0, breaker.Success, 1) // both cache epoch 0
-	calls(t, a.Breaker, t0, breaker.Failure, 1) // 1 reporter
-	calls(t, b.Breaker, t0, breaker.Failure, 1) // 2 reporters: b trips, epoch 1
-	if st := store.state("partner"); st.Epoch != 1 {
-		t.Fatalf("epoch = %d, want 1", st.Epoch)
+	calls(t, a.Breaker, t0, breaker.Failure, 1)  // the alarm: the fleet watches
+	calls(t, b.Breaker, t0, breaker.Failure, 10) // b reads the state (watching), reports its first sample, 9 wait
+	calls(t, a.Breaker, t0, breaker.Failure, 5)  // sampled, waiting for ReportInterval
+	flushAt(t, b.Breaker, t0.Add(time.Second))   // b's 9 samples: it trips the fleet
+	if st := store.state("partner"); st.Epoch != 1 || st.State != breaker.Open {
+		t.Fatalf("stored %+v, want b's trip at epoch 1", st)
 	}
-	// a still caches epoch 0 and reports again: its trip conflicts and it
-	// adopts b's state instead of overwriting it.
-	calls(t, a.Breaker, t0.Add(time.Second-time.Millisecond), breaker.Failure, 1)
-	flushAt(t, a.Breaker, t0.Add(time.Second)) // ReportInterval after its first report
+	transitions := store.transitions.Load()
+	flushAt(t, a.Breaker, t0.Add(time.Second)) // a's report, decided on epoch 0
 	if got := store.conflicts.Load(); got != 1 {
-		t.Fatalf("conflicts = %d, want 1", got)
+		t.Fatalf("conflicts = %d, want 1 (a's report)", got)
 	}
-	if st := store.state("partner"); st.Epoch != 1 || !st.OpenUntil.Equal(t0.Add(30*time.Second)) {
+	if store.transitions.Load() != transitions {
+		t.Fatal("a wrote a transition")
+	}
+	if st := store.state("partner"); st.Epoch != 1 || !st.OpenUntil.Equal(t0.Add(31*time.Second)) {
 		t.Fatalf("stored state = %+v, want b's open state untouched", st)
 	}
 	wantState(t, a.Breaker, t0.Add(time.Second), breaker.Open)
-	if got := a.rec.last(t); got.to != breaker.Open {
-		t.Fatalf("a's OnStateChange = %+v", got)
+	if got := a.rec.last(t); got.to != breaker.Open || got.origin != breaker.OriginFollowed {
+		t.Fatalf("a's OnStateChange = %+v, want followed", got)
+	}
+	if got := b.rec.last(t); got.to != breaker.Open || got.origin != breaker.OriginWrote {
+		t.Fatalf("b's OnStateChange = %+v, want wrote", got)
 	}
 }
 
 func TestSharedNewEpochDropsOlderPermits(t *testing.T) {
 	store := newFakeStore()
-	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.MinReporters = 1 })
-	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.MinReporters = 1 })
+	a := newEnv(t, store, "a", nil)
+	b := newEnv(t, store, "b", nil)
 	old, err := a.Allow(ctx, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls(t, b.Breaker, t0, breaker.Failure, 20) // the first failure is reported at once
-	flushAt(t, b.Breaker, t0.Add(time.Second))   // the rest: b alone trips (MinReporters 1)
+	calls(t, b.Breaker, t0, breaker.Failure, 21) // the first failure starts the watch, the rest are sampled
+	flushAt(t, b.Breaker, t0.Add(time.Second))   // reported: b alone trips the fleet
 	if st := store.state("partner"); st.State != breaker.Open {
 		t.Fatalf("fleet = %+v", st)
 	}
-	_, err = a.Allow(ctx, t0.Add(time.Second)) // reload: epoch 1, a new generation
+	_, err = a.Allow(ctx, t0.Add(15*time.Second)) // reload (quiet: 15 × CacheTTL): epoch 1, a new generation
 	mustOpenError(t, err)
 	reports := store.reports.Load()
-	a.Done(ctx, t0.Add(time.Second), old, breaker.Failure)
+	a.Done(ctx, t0.Add(15*time.Second), old, breaker.Failure)
 	if c := a.Counts(); c != (breaker.Counts{}) {
 		t.Fatalf("a counted a call from the previous epoch: %+v", c)
 	}
 	if store.reports.Load() != reports {
 		t.Fatal("a reported a call from the previous epoch")
-	}
-}
-
-func TestSharedReportsAtMostOncePerInterval(t *testing.T) {
-	store := newFakeStore()
-	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.MinReporters = 5 })
-	calls(t, a.Breaker, t0, breaker.Success, 10) // healthy: nothing written
-	if store.writes() != 0 {
-		t.Fatalf("writes on the healthy path: %d", store.writes())
-	}
-	for i := range 30 { // one failure every 100 ms for 3 s
-		calls(t, a.Breaker, t0.Add(time.Duration(i)*100*time.Millisecond), breaker.Failure, 1)
-	}
-	if got := store.reports.Load(); got != 3 {
-		t.Fatalf("reports = %d, want 3 (at 0s, 1s, 2s)", got)
-	}
-	if err := a.Flush(ctx); err != nil { // at 2.9s: not due, no write
-		t.Fatal(err)
-	}
-	if got := store.reports.Load(); got != 3 {
-		t.Fatalf("reports = %d after a Flush 900ms after the last report, want still 3", got)
-	}
-	flushAt(t, a.Breaker, t0.Add(3*time.Second)) // due: the rest goes
-	if err := a.Flush(ctx); err != nil {         // nothing left: no write
-		t.Fatal(err)
-	}
-	w := store.windows[fmt.Sprintf("partner#w#%d", t0.UnixMilli())]
-	if store.reports.Load() != 4 || w == nil || w.failures != 30 || w.successes != 10 || len(w.envs) != 1 || !w.envs["a"] {
-		t.Fatalf("reports %d, window %+v: want 4 reports adding up to 10 successes and 30 failures from a", store.reports.Load(), w)
-	}
-}
-
-func TestSharedWindowRolloverReportsTheRemainder(t *testing.T) {
-	store := newFakeStore()
-	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.MinReporters = 5 })
-	calls(t, a.Breaker, t0.Add(9*time.Second), breaker.Failure, 1)          // reported at once
-	calls(t, a.Breaker, t0.Add(9500*time.Millisecond), breaker.Failure, 2)  // pending
-	calls(t, a.Breaker, t0.Add(9600*time.Millisecond), breaker.Success, 3)  // pending
-	calls(t, a.Breaker, t0.Add(10200*time.Millisecond), breaker.Success, 1) // new window: the remainder goes
-	calls(t, a.Breaker, t0.Add(10300*time.Millisecond), breaker.Failure, 1) // new window's first failure: pending (interval)
-	calls(t, a.Breaker, t0.Add(11300*time.Millisecond), breaker.Success, 1) // due: reported
-	first := store.windows[fmt.Sprintf("partner#w#%d", t0.UnixMilli())]
-	second := store.windows[fmt.Sprintf("partner#w#%d", t0.Add(10*time.Second).UnixMilli())]
-	if first == nil || first.failures != 3 || first.successes != 3 {
-		t.Fatalf("first window = %+v, want 3 failures and 3 successes", first)
-	}
-	if second == nil || second.failures != 1 || second.successes != 2 {
-		t.Fatalf("second window = %+v, want 1 failure and the 2 successes around it", second)
-	}
-}
-
-// TestSharedEndedWindowRemainderIsNotOverwritten: the remainder of an
-// ended fleet window goes at once, whatever ReportInterval says, so that
-// the next window's counts, ending in turn before this environment's next
-// call, cannot take its place. (The remainder used to wait for
-// ReportInterval in a single slot, and window 0's second failure was
-// lost.)
-func TestSharedEndedWindowRemainderIsNotOverwritten(t *testing.T) {
-	store := newFakeStore()
-	a := newEnv(t, store, "a", func(s *breaker.Settings) {
-		s.Window, s.WindowSlots = time.Second, 10
-		s.ReportInterval = time.Second
-		s.MinReporters = 5 // never trips: only the counts matter here
-	})
-	calls(t, a.Breaker, t0.Add(980*time.Millisecond), breaker.Failure, 1)  // window 0's first failure: reported at once
-	calls(t, a.Breaker, t0.Add(990*time.Millisecond), breaker.Failure, 1)  // pending (ReportInterval)
-	calls(t, a.Breaker, t0.Add(1010*time.Millisecond), breaker.Failure, 1) // window 0 ended: its remainder is due
-	calls(t, a.Breaker, t0.Add(2100*time.Millisecond), breaker.Success, 1) // window 1 ended too
-	flushAt(t, a.Breaker, t0.Add(2100*time.Millisecond))
-	for i, want := range []int64{2, 1} {
-		w := store.windows[fmt.Sprintf("partner#w#%d", t0.Add(time.Duration(i)*time.Second).UnixMilli())]
-		if w == nil || w.failures != want || w.successes != 0 {
-			t.Errorf("window %d = %+v, want %d failures and no successes", i, w, want)
-		}
-	}
-	if got := store.reports.Load(); got != 3 {
-		t.Errorf("reports = %d, want 3 (window 0 at once, its remainder at the roll, window 1's at the next call)", got)
 	}
 }
 
@@ -446,7 +348,7 @@ func TestSharedStaleCacheIsRefreshedByOneCaller(t *testing.T) {
 		<-release
 	}
 	store.loadHook.Store(&hook)
-	stale := t0.Add(2 * time.Second)
+	stale := t0.Add(16 * time.Second) // past the quiet fleet's CacheTTL (15 × 1 s)
 	done := make(chan error, 1)
 	go func() { // the refresher: its Load hangs until released
 		_, err := a.Allow(ctx, stale)
@@ -720,8 +622,8 @@ func TestFlushWithoutStore(t *testing.T) {
 
 func TestSharedFlushTrips(t *testing.T) {
 	store := newFakeStore()
-	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.MinReporters = 1 })
-	calls(t, a.Breaker, t0, breaker.Failure, 20) // only the first failure was reported
+	a := newEnv(t, store, "a", nil)
+	calls(t, a.Breaker, t0, breaker.Failure, 21) // only the first failure was reported: the alarm
 	if st := store.state("partner"); st.State != breaker.Closed {
 		t.Fatalf("tripped before Flush: %+v", st)
 	}
@@ -844,15 +746,19 @@ func TestSharedFleetOverrideIsAnnounced(t *testing.T) {
 	store := newFakeStore()
 	a := newEnv(t, store, "a", nil)
 	calls(t, a.Breaker, t0, breaker.Success, 3)
-	if err := store.SetOverride(ctx, "partner", breaker.ForcedOpen, t0.Add(5*time.Second)); err != nil {
+	if err := store.SetOverride(ctx, "partner", breaker.ForcedOpen, t0.Add(20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	_, err := a.Allow(ctx, t0.Add(time.Second))
-	mustOpenError(t, err)
-	if got := a.rec.last(t); got.from != breaker.Closed || got.to != breaker.Open || got.before.Successes != 3 {
-		t.Fatalf("OnStateChange = %+v, want closed→open with the 3 successes", got)
+	// A quiet fleet's state is read every 15 × CacheTTL.
+	if !call(t, a.Breaker, t0.Add(14*time.Second), breaker.Success) {
+		t.Fatal("the override was seen before the cached state expired")
 	}
-	if !call(t, a.Breaker, t0.Add(5*time.Second), breaker.Success) {
+	_, err := a.Allow(ctx, t0.Add(15*time.Second))
+	mustOpenError(t, err)
+	if got := a.rec.last(t); got.from != breaker.Closed || got.to != breaker.Open || got.before.ConsecutiveSuccesses != 4 || got.origin != breaker.OriginFollowed {
+		t.Fatalf("OnStateChange = %+v, want closed→open after 4 successes in a row, followed", got)
+	}
+	if !call(t, a.Breaker, t0.Add(20*time.Second), breaker.Success) {
 		t.Fatal("rejected after the override lapsed")
 	}
 	if got := a.rec.last(t); got.from != breaker.Open || got.to != breaker.Closed {

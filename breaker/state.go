@@ -136,15 +136,93 @@ type Snapshot struct {
 	Override Override
 	// OverrideUntil, if not zero, is when the override lapses.
 	OverrideUntil time.Time
+	// WatchUntil is when the fleet stops counting: until then, because
+	// some environment saw a failure, every environment samples its calls
+	// and reports them (see the package documentation). Zero or past: the
+	// fleet is quiet and nothing is written.
+	WatchUntil time.Time
+	// Buckets are the fleet's counts in the current epoch, bucket n in
+	// slot n mod FleetSlots; a slot may hold a bucket too old to count.
+	Buckets [FleetSlots]Bucket
 }
 
-// Tally is a fleet window's totals, as returned by Store.Report.
-type Tally struct {
-	Successes int64
-	Failures  int64
-	// Reporters is the number of distinct environments that reported into
-	// the window.
-	Reporters int
+// FleetSlots is the number of buckets of fleet counts a Store keeps for
+// one breaker: the fleet's rolling window of Settings.Window, cut into
+// FleetSlots buckets of Window/FleetSlots each, aligned to the Unix epoch.
+const FleetSlots = 10
+
+// Bucket is the fleet's counts for one bucket of its rolling window, as a
+// Store holds them. The counts are estimates of all the fleet's calls in
+// the bucket: each environment reports a sample of its calls, chosen
+// before their outcome was known, each counted as many times as it stands
+// for (see the package documentation).
+type Bucket struct {
+	// Num is the bucket's number: Unix time in milliseconds divided by the
+	// bucket width (Window/FleetSlots). Zero means empty.
+	Num int64
+	// Requests estimates the calls that asked to go, admitted or not;
+	// Successes and Failures the outcomes of those admitted (Excluded
+	// outcomes are in Requests only).
+	Requests, Successes, Failures int64
+	// Samples is the number of calls actually sampled: the sample size
+	// behind the estimates.
+	Samples int64
+}
+
+// Origin says who decided a change of state, for Settings.OnStateChange.
+type Origin int8
+
+const (
+	// OriginLocal: this process's own state machine or override decided
+	// (a breaker without a Store, one running on its local state machine
+	// after a Store fault, ForceOpen/ForceClose/Disable/Reset).
+	OriginLocal Origin = iota
+	// OriginWrote: this environment wrote the fleet's transition. Each
+	// fleet transition has exactly one such event across the fleet: count
+	// these to count trips.
+	OriginWrote
+	// OriginFollowed: this environment followed a transition another
+	// environment wrote, or an operator's override in the Store.
+	OriginFollowed
+)
+
+// String returns "local", "wrote" or "followed".
+func (o Origin) String() string {
+	switch o {
+	case OriginLocal:
+		return "local"
+	case OriginWrote:
+		return "wrote"
+	case OriginFollowed:
+		return "followed"
+	default:
+		return fmt.Sprintf("breaker.Origin(%d)", int8(o))
+	}
+}
+
+// StateChange is a change of the state Breaker.State reports, as passed to
+// Settings.OnStateChange.
+type StateChange struct {
+	Name     string
+	From, To State
+	// Counts are the breaker's counts as they were before the change.
+	Counts Counts
+	Origin Origin
+}
+
+// Report is one environment's sampled counts for one bucket, as passed to
+// Store.Report.
+type Report struct {
+	// Epoch is the fleet epoch the counts were gathered in. A Store
+	// refuses a report of another epoch.
+	Epoch uint64
+	// Bucket is the bucket number (see Bucket.Num), at least 1.
+	Bucket int64
+	// Requests, Successes, Failures and Samples are added to the
+	// bucket's (see Bucket); none may be negative.
+	Requests, Successes, Failures, Samples int64
+	// WatchUntil, if not zero, becomes the fleet's Snapshot.WatchUntil.
+	WatchUntil time.Time
 }
 
 var (
@@ -178,11 +256,19 @@ type OpenError struct {
 	RetryAfter time.Duration
 	// Forced is true when an operator's override rejected the call.
 	Forced bool
+	// Throttled is true when adaptive throttling (Settings.Adaptive)
+	// rejected the call, State being Closed; Admitting is the share of
+	// calls the fleet admitted then.
+	Throttled bool
+	Admitting float64
 }
 
 // Error names the breaker and the wait.
 func (e *OpenError) Error() string {
 	s := fmt.Sprintf("herdguard: circuit breaker %q is %s", e.Name, e.State)
+	if e.Throttled {
+		s = fmt.Sprintf("herdguard: circuit breaker %q is throttling (admitting %.0f%% of calls)", e.Name, 100*e.Admitting)
+	}
 	if e.Forced {
 		s += " (forced by operator)"
 	}

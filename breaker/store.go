@@ -23,15 +23,35 @@ type Store interface {
 	// never written reads as the zero Snapshot (Closed, epoch 0).
 	Load(ctx context.Context, name string) (Snapshot, error)
 
-	// Report adds one environment's counts to the fleet window starting at
-	// window, records env as a reporter of that window, and returns the
-	// window's totals after the addition. expires is when the store may
-	// delete the window (TTL).
-	Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (Tally, error)
+	// Report adds one environment's sampled counts to the fleet's counts
+	// for bucket r.Bucket, kept in slot r.Bucket mod FleetSlots of the
+	// state, and returns the state after it. It is one conditional write
+	// (a store may need a second when its first guess of what the slot
+	// holds was wrong):
+	//
+	//   - if the stored epoch is not r.Epoch, nothing is applied and it
+	//     returns the current snapshot with an error satisfying
+	//     errors.Is(err, ErrConflict): counts never cross a transition;
+	//   - otherwise, if the slot holds bucket r.Bucket the counts are added
+	//     to it; if it holds an older bucket (or none) it is replaced by
+	//     r's counts; if it holds a newer one the counts are dropped (a late
+	//     report);
+	//   - and in every case but a conflict, a non-zero r.WatchUntil is
+	//     stored as the fleet's WatchUntil.
+	//
+	// A breaker that was never written is created, closed at epoch 0.
+	// Report's answer carries no override: Override and OverrideUntil are
+	// zero in the snapshot it returns, on success and on a conflict alike,
+	// since reading the override item would cost a read per report. The
+	// Breaker keeps the override it last loaded. r.Bucket must be at least
+	// 1 and the counts not negative; other input is refused with an error
+	// satisfying errors.Is(err, ErrStore), nothing applied.
+	Report(ctx context.Context, name string, r Report) (Snapshot, error)
 
 	// Transition replaces the state with next if and only if the stored
 	// epoch is still prevEpoch (a breaker that was never written has epoch
-	// 0). next.Epoch must be prevEpoch+1. It leaves the override alone. On
+	// 0). next.Epoch must be prevEpoch+1. It empties every bucket of fleet
+	// counts, keeps WatchUntil, and leaves the override alone. On
 	// success it returns the stored snapshot; when the epoch has moved it
 	// returns the current snapshot and an error satisfying
 	// errors.Is(err, ErrConflict).

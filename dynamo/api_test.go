@@ -55,7 +55,7 @@ func TestSpec(t *testing.T) {
 	if layout.AttrPK != s.PartitionKey || layout.AttrExpires != s.TTLAttribute {
 		t.Errorf("attribute constants %q, %q disagree with Spec", layout.AttrPK, layout.AttrExpires)
 	}
-	for _, k := range []string{layout.StateKey("x"), layout.OverrideKey("x"), layout.WindowKey("x", 0), layout.ProbeKey("x", 0)} {
+	for _, k := range []string{layout.StateKey("x"), layout.OverrideKey("x"), layout.ProbeKey("x", 0)} {
 		if !strings.HasPrefix(k, "c#x") {
 			t.Errorf("key %q", k)
 		}

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -16,8 +15,8 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
-
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/slothint"
 )
 
 // BreakerStoreConfig holds a BreakerStore's optional settings. The zero
@@ -34,11 +33,17 @@ type BreakerStoreConfig struct {
 }
 
 // BreakerStore is a breaker.Store in a DynamoDB table. It is safe for
-// concurrent use and holds no lock. Its costs, per method:
+// concurrent use and holds no lock. Every item it writes stays under 1 KB
+// (the state item, which holds the fleet's counts, is at most about 850
+// bytes), so each write costs one write unit and each item read half a
+// read unit. Its costs, per method:
 //
 //   - Load: one BatchGetItem of the state and override items, eventually
 //     consistent (one round trip, 2 × 0.5 read units).
-//   - Report: one UpdateItem on the fleet window item.
+//   - Report: one conditional UpdateItem on the state item; two when the
+//     first was refused because the slot held another bucket than this
+//     store guessed, three when another environment started the bucket
+//     in between (see Report). No read: the answer carries no override.
 //   - Transition: one conditional UpdateItem on the state item, then one
 //     eventually consistent GetItem of the override item.
 //   - AcquireProbe: one conditional UpdateItem per slot tried: one when a
@@ -50,6 +55,9 @@ type BreakerStore struct {
 	table    string
 	cfg      BreakerStoreConfig
 	counters counters
+	// hints is what this store last saw of each breaker's slots, to
+	// guess Report's first form. It holds no lock.
+	hints slothint.Hints
 }
 
 var _ breaker.Store = (*BreakerStore)(nil)
@@ -136,93 +144,213 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	if err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, err)
 	}
+	s.hints.For(name).Learn(&snap.Buckets)
 	if snap.Override, snap.OverrideUntil, err = decodeOverride(ovk, overrideAttrs); err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, err)
 	}
 	return snap, nil
 }
 
-// Report adds the counts to the window item "c#<name>#w#<windowStartMs>"
-// with one UpdateItem:
+// Report adds r's counts to slot i = r.Bucket mod breaker.FleetSlots of
+// the state item "c#<name>" (attributes b<i>, r<i>, s<i>, f<i>, n<i>) and
+// sets watch_until when r.WatchUntil is not zero, with one conditional
+// UpdateItem in the common case. Every form is conditioned on the epoch
+// ("epoch = :e", or "(attribute_not_exists(epoch) AND
+// attribute_not_exists(state)) OR epoch = 0" for epoch 0) and on what the
+// slot holds:
 //
-//	ADD successes :s, failures :f, envs :env SET expires = :expires
+//	add    ADD r<i> :r, s<i> :s, f<i> :f, n<i> :n [SET watch_until = :w]
+//	       IF epoch AND b<i> = :b AND r<i>, s<i>, f<i>, n<i> are numbers
+//	reset  SET b<i> = :b, r<i> = :r, s<i> = :s, f<i> = :f, n<i> = :n [, watch_until = :w]
+//	       [, state = if_not_exists(state, "closed"), epoch = if_not_exists(epoch, 0) at epoch 0]
+//	       IF epoch AND (attribute_not_exists(b<i>) OR b<i> < :b)
+//	late   SET watch_until = :w
+//	       IF epoch AND b<i> > :b
 //
-// and returns the totals after it (ReturnValues ALL_NEW); Reporters is the
-// size of the envs string set. The condition only checks the stored types,
-// so that a malformed item comes back as a *MalformedItemError.
+// The first form is guessed from what the slot held in the last answer
+// this store saw for the breaker (and, for a bucket newer than that,
+// from whether other environments lately started such buckets first, as
+// they usually do in a busy fleet: see internal/slothint). A refusal carries
+// the item as it stands (ALL_OLD): if its epoch is not r.Epoch, Report
+// returns it with breaker.ErrConflict and nothing is applied; otherwise
+// it sends the form the item calls for, or, for a late report without a
+// WatchUntil (nothing to write), returns the item as it stands.
 //
-// A Report that times out may have been applied; retrying it may count its
-// outcomes twice, but never adds a reporter twice (envs is a set).
-func (s *BreakerStore) Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (breaker.Tally, error) {
-	key, expr, err := reportExpression(name, window, env, successes, failures, expires)
-	if err != nil {
-		return breaker.Tally{}, s.fail("Report", name, err)
+// Within an epoch a slot only moves forward (older, then the reported
+// bucket, then a newer one), so the form a refusal calls for can be
+// refused again only because the slot moved on. A Report makes at most
+// three writes: one in the common case, two when the guess was wrong, and
+// a third when, between the first two, another environment started the
+// bucket (the add guessed, refused on an older bucket; the reset, refused
+// because the bucket is there now; the add again). If the slot moved on
+// once more (two buckets FleetSlots apart racing, which takes clock skew
+// of a whole rolling window) it gives up with an error satisfying
+// breaker.ErrStore, the counts not applied.
+//
+// The answer is the state after the write (ReturnValues ALL_NEW) without
+// the override (Override and OverrideUntil zero, see breaker.Store). A
+// malformed epoch or attribute of the slot written fails the condition
+// and is not written to; one elsewhere in the item (another slot,
+// watch_until, state) is found when the answer is decoded, after the
+// write. Either way Report returns a *MalformedItemError.
+//
+// A Report that times out may have been applied; the SDK's retry after
+// a lost answer may apply its counts twice (at most once more per
+// retry).
+func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report) (breaker.Snapshot, error) {
+	if err := validateReport(name, r); err != nil {
+		return breaker.Snapshot{}, s.fail("Report", name, err)
 	}
-	if err := ctx.Err(); err != nil {
-		return breaker.Tally{}, s.fail("Report", name, err)
-	}
-	out, err := conditionalUpdate(ctx, s.api, s.table, &s.counters, s.cfg.OnRequest, key, expr)
-	if err != nil {
-		var ccf *types.ConditionalCheckFailedException
-		if errors.As(err, &ccf) {
-			if _, derr := decodeTally(key, ccf.Item); derr != nil {
-				return breaker.Tally{}, s.fail("Report", name, derr)
-			}
+	slot := int(r.Bucket % breaker.FleetSlots)
+	h := s.hints.For(name)
+	form, newBucket := h.Predict(r)
+	for writes := 1; ; writes++ {
+		if err := ctx.Err(); err != nil {
+			return breaker.Snapshot{}, s.fail("Report", name, err)
 		}
-		return breaker.Tally{}, s.fail("Report", name, fmt.Errorf("UpdateItem: %w", err))
+		expr, err := reportExpression(r, form)
+		if err != nil {
+			return breaker.Snapshot{}, s.fail("Report", name, err)
+		}
+		snap, err, fault := s.writeState(ctx, "Report", name, expr)
+		if fault != nil {
+			return breaker.Snapshot{}, fault
+		}
+		if err == nil {
+			if newBucket && writes == 1 {
+				h.NoteStart(form)
+			}
+			return snap, nil
+		}
+		if snap.Epoch != r.Epoch {
+			return snap, fmt.Errorf("herdguard: dynamo: breaker %q: epoch is %d, not %d: %w", name, snap.Epoch, r.Epoch, breaker.ErrConflict)
+		}
+		next := slothint.FormFor(snap.Buckets[slot].Num, r.Bucket)
+		if newBucket && writes == 1 {
+			h.NoteStart(next) // what the slot held when the first write landed
+		}
+		switch {
+		case next == form:
+			// The condition failed, yet the item decodes as meeting it:
+			// only a value DynamoDB and the decoder read differently can
+			// do that.
+			return breaker.Snapshot{}, s.fail("Report", name, fmt.Errorf("UpdateItem refused the %s form although the item calls for it: %w", form, err))
+		case next == slothint.Late && r.WatchUntil.IsZero():
+			// A late report with no watch to extend: nothing to write.
+			return snap, nil
+		case writes == maxReportWrites:
+			return breaker.Snapshot{}, s.fail("Report", name, fmt.Errorf("slot %d kept moving during the report (now bucket %d, reported %d, %d writes): %w", slot, snap.Buckets[slot].Num, r.Bucket, writes, err))
+		}
+		form = next
 	}
-	t, err := decodeTally(key, out.Attributes)
-	if err != nil {
-		return breaker.Tally{}, s.fail("Report", name, err)
-	}
-	return t, nil
 }
 
-// reportExpression validates Report's arguments and builds its key and
-// expressions.
-func reportExpression(name string, window time.Time, env string, successes, failures int64, expires time.Time) (string, expression.Expression, error) {
-	var none expression.Expression
+// maxReportWrites bounds the writes of one Report (see Report).
+const maxReportWrites = 3
+
+// validateReport checks Report's arguments.
+func validateReport(name string, r breaker.Report) error {
 	if err := budget.ValidateName(name); err != nil {
-		return "", none, err
+		return err
 	}
-	ms, err := unixMilli("window", window)
-	if err != nil {
-		return "", none, err
+	if r.Epoch > maxEpoch {
+		return fmt.Errorf("epoch %d above %d", r.Epoch, uint64(maxEpoch))
 	}
-	if env == "" || len(env) > MaxEnvLen || !utf8.ValidString(env) {
-		return "", none, fmt.Errorf("environment %s must be 1 to %d bytes of UTF-8", quoteNumber(env), MaxEnvLen)
+	if r.Bucket < 1 || r.Bucket > maxBucket {
+		return fmt.Errorf("bucket %d must be in [1, %d]", r.Bucket, int64(maxBucket))
 	}
-	if successes < 0 || successes > MaxAmount || failures < 0 || failures > MaxAmount {
-		return "", none, fmt.Errorf("counts %d successes, %d failures must be in [0, %d]", successes, failures, MaxAmount)
+	for _, c := range []struct {
+		what string
+		v    int64
+	}{{"requests", r.Requests}, {"successes", r.Successes}, {"failures", r.Failures}, {"samples", r.Samples}} {
+		if c.v < 0 || c.v > MaxAmount {
+			return fmt.Errorf("%s %d must be in [0, %d]", c.what, c.v, int64(MaxAmount))
+		}
 	}
-	exp, err := ttlSeconds("expires", expires)
-	if err != nil {
-		return "", none, err
+	if !r.WatchUntil.IsZero() {
+		if _, err := unixMilli("watch-until", r.WatchUntil); err != nil {
+			return err
+		}
 	}
-	s, f, e := expression.Name(layout.AttrSuccesses), expression.Name(layout.AttrFailures), expression.Name(layout.AttrEnvs)
-	update := expression.
-		Add(s, numberValue(successes)).
-		Add(f, numberValue(failures)).
-		Add(e, expression.Value(&types.AttributeValueMemberSS{Value: []string{env}})).
-		Set(expression.Name(layout.AttrExpires), numberValue(exp))
-	cond := expression.And(
-		expression.Or(s.AttributeNotExists(), s.AttributeType(expression.Number)),
-		expression.Or(f.AttributeNotExists(), f.AttributeType(expression.Number)),
-		expression.Or(e.AttributeNotExists(), e.AttributeType(expression.StringSet)),
+	return nil
+}
+
+// reportExpression builds the update and condition of a Report of r in
+// the form f; r must be valid.
+func reportExpression(r breaker.Report, f slothint.Form) (expression.Expression, error) {
+	n := layout.Slots[r.Bucket%breaker.FleetSlots]
+	b := expression.Name(n.Bucket)
+	counts := [4]struct {
+		name string
+		v    int64
+	}{{n.Requests, r.Requests}, {n.Successes, r.Successes}, {n.Failures, r.Failures}, {n.Samples, r.Samples}}
+	var (
+		update expression.UpdateBuilder
+		cond   expression.ConditionBuilder
 	)
-	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(cond).Build()
-	if err != nil {
-		return "", none, fmt.Errorf("building the update expression: %w", err)
+	switch f {
+	case slothint.Add:
+		var typed []expression.ConditionBuilder
+		for _, c := range counts {
+			update = update.Add(expression.Name(c.name), numberValue(c.v))
+			typed = append(typed, expression.Name(c.name).AttributeType(expression.Number))
+		}
+		cond = expression.And(b.Equal(numberValue(r.Bucket)), typed[0], typed[1:]...)
+	case slothint.Reset:
+		update = update.Set(b, numberValue(r.Bucket))
+		for _, c := range counts {
+			update = update.Set(expression.Name(c.name), numberValue(c.v))
+		}
+		cond = expression.Or(b.AttributeNotExists(), b.LessThan(numberValue(r.Bucket)))
+	case slothint.Late:
+		cond = b.GreaterThan(numberValue(r.Bucket))
 	}
-	return layout.WindowKey(name, ms), expr, nil
+	if !r.WatchUntil.IsZero() {
+		update = update.Set(expression.Name(layout.AttrWatchUntil), numberValue(r.WatchUntil.UnixMilli()))
+	}
+	if f == slothint.Reset && r.Epoch == 0 {
+		// The first report of a breaker never written creates its state
+		// item: closed at epoch 0, as Load reads a missing one.
+		st, ep := expression.Name(layout.AttrState), expression.Name(layout.AttrEpoch)
+		update = update.
+			Set(st, expression.IfNotExists(st, stringValue(breaker.Closed.String()))).
+			Set(ep, expression.IfNotExists(ep, uintValue(0)))
+	}
+	epoch := epochCondition(r.Epoch)
+	if r.Epoch == 0 {
+		// Only an item with neither epoch nor state is a breaker never
+		// transitioned: a Report does not make a state without an epoch
+		// (a hand-edited item) into one at epoch 0, it reports it.
+		e, st := expression.Name(layout.AttrEpoch), expression.Name(layout.AttrState)
+		epoch = expression.Or(expression.And(e.AttributeNotExists(), st.AttributeNotExists()), e.Equal(uintValue(0)))
+	}
+	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(epoch.And(cond)).Build()
+	if err != nil {
+		return expression.Expression{}, fmt.Errorf("building the %s update expression: %w", f, err)
+	}
+	return expr, nil
+}
+
+// epochCondition holds when the stored epoch is epoch; a state item
+// without one has epoch 0.
+func epochCondition(epoch uint64) expression.ConditionBuilder {
+	e := expression.Name(layout.AttrEpoch)
+	cond := e.Equal(uintValue(epoch))
+	if epoch == 0 {
+		cond = expression.Or(e.AttributeNotExists(), cond)
+	}
+	return cond
 }
 
 // Transition writes next into the state item "c#<name>" with one
 // UpdateItem:
 //
 //	SET state = :state, epoch = :next, reopens = :reopens, open_until = :ms
-//	(REMOVE open_until when next.OpenUntil is zero)
+//	REMOVE b0, r0, s0, f0, n0, ..., b9, r9, s9, f9, n9
+//	(and REMOVE open_until when next.OpenUntil is zero)
 //
+// which empties every slot of fleet counts (they belonged to the old
+// epoch) and keeps watch_until,
 // conditioned on "epoch = :prev", or, when prevEpoch is 0,
 // "attribute_not_exists(epoch) OR epoch = :prev": a breaker never written
 // has epoch 0, exactly as Load reports it. The override item is not
@@ -238,29 +366,18 @@ func reportExpression(name string, window time.Time, env string, successes, fail
 // way). An error wrapping breaker.ErrStore returned after the update was
 // sent leaves it unknown whether the transition happened; Load tells.
 func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
-	key, expr, err := transitionExpression(name, prevEpoch, next)
+	_, expr, err := transitionExpression(name, prevEpoch, next)
 	if err != nil {
 		return breaker.Snapshot{}, s.fail("Transition", name, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return breaker.Snapshot{}, s.fail("Transition", name, err)
 	}
-	out, err := conditionalUpdate(ctx, s.api, s.table, &s.counters, s.cfg.OnRequest, key, expr)
+	snap, err, fault := s.writeState(ctx, "Transition", name, expr)
+	if fault != nil {
+		return breaker.Snapshot{}, fault
+	}
 	var conflict error
-	var attrs map[string]types.AttributeValue
-	if err != nil {
-		var ccf *types.ConditionalCheckFailedException
-		if !errors.As(err, &ccf) {
-			return breaker.Snapshot{}, s.fail("Transition", name, fmt.Errorf("UpdateItem: %w", err))
-		}
-		attrs = ccf.Item
-	} else {
-		attrs = out.Attributes
-	}
-	snap, derr := decodeState(key, attrs)
-	if derr != nil {
-		return breaker.Snapshot{}, s.fail("Transition", name, derr)
-	}
 	if err != nil {
 		switch {
 		case snap.Epoch == prevEpoch:
@@ -282,6 +399,29 @@ func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch ui
 	return snap, conflict
 }
 
+// writeState sends a conditional update of name's state item for
+// method op and decodes the item answered: the item after the update,
+// or, when the condition failed, the item as it stood, with the refusal
+// in refused. fault is any other failure, wrapped for op's caller. The
+// slots decoded go to name's hint.
+func (s *BreakerStore) writeState(ctx context.Context, op, name string, expr expression.Expression) (snap breaker.Snapshot, refused, fault error) {
+	key := layout.StateKey(name)
+	out, err := conditionalUpdate(ctx, s.api, s.table, &s.counters, s.cfg.OnRequest, key, expr)
+	var attrs map[string]types.AttributeValue
+	if err == nil {
+		attrs = out.Attributes
+	} else if ccf := (*types.ConditionalCheckFailedException)(nil); errors.As(err, &ccf) {
+		attrs, refused = ccf.Item, err
+	} else {
+		return breaker.Snapshot{}, nil, s.fail(op, name, fmt.Errorf("UpdateItem: %w", err))
+	}
+	if snap, err = decodeState(key, attrs); err != nil {
+		return breaker.Snapshot{}, nil, s.fail(op, name, err)
+	}
+	s.hints.For(name).Learn(&snap.Buckets)
+	return snap, refused, nil
+}
+
 // transitionExpression validates Transition's arguments and builds its key
 // and expressions.
 func transitionExpression(name string, prevEpoch uint64, next breaker.Snapshot) (string, expression.Expression, error) {
@@ -298,10 +438,9 @@ func transitionExpression(name string, prevEpoch uint64, next breaker.Snapshot) 
 	if next.Reopens < 0 || int64(next.Reopens) > maxReopens {
 		return "", none, fmt.Errorf("next reopens %d must be in [0, %d]", next.Reopens, maxReopens)
 	}
-	epoch := expression.Name(layout.AttrEpoch)
 	update := expression.
 		Set(expression.Name(layout.AttrState), stringValue(next.State.String())).
-		Set(epoch, uintValue(next.Epoch)).
+		Set(expression.Name(layout.AttrEpoch), uintValue(next.Epoch)).
 		Set(expression.Name(layout.AttrReopens), numberValue(int64(next.Reopens)))
 	if next.OpenUntil.IsZero() {
 		update = update.Remove(expression.Name(layout.AttrOpenUntil))
@@ -312,11 +451,12 @@ func transitionExpression(name string, prevEpoch uint64, next breaker.Snapshot) 
 		}
 		update = update.Set(expression.Name(layout.AttrOpenUntil), numberValue(ms))
 	}
-	cond := epoch.Equal(uintValue(prevEpoch))
-	if prevEpoch == 0 {
-		cond = expression.Or(epoch.AttributeNotExists(), cond)
+	for _, n := range layout.Slots {
+		for _, a := range n.All() {
+			update = update.Remove(expression.Name(a))
+		}
 	}
-	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(cond).Build()
+	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(epochCondition(prevEpoch)).Build()
 	if err != nil {
 		return "", none, fmt.Errorf("building the update expression: %w", err)
 	}
@@ -565,7 +705,37 @@ func decodeState(key string, attrs map[string]types.AttributeValue) (breaker.Sna
 	if snap.OpenUntil, err = it.unixMilli(layout.AttrOpenUntil); err != nil {
 		return snap, err
 	}
+	if snap.WatchUntil, err = it.unixMilli(layout.AttrWatchUntil); err != nil {
+		return snap, err
+	}
+	for i, n := range layout.Slots {
+		if snap.Buckets[i], err = it.bucket(i, n); err != nil {
+			return snap, err
+		}
+	}
 	return snap, nil
+}
+
+// bucket decodes slot i of a state item: empty without its bucket number,
+// otherwise the number (which must belong in slot i) and its four counts.
+func (it item) bucket(i int, n layout.SlotNames) (breaker.Bucket, error) {
+	num, ok, err := it.int64In(n.Bucket, 1, maxBucket)
+	if err != nil || !ok {
+		return breaker.Bucket{}, err
+	}
+	if num%breaker.FleetSlots != int64(i) {
+		return breaker.Bucket{}, it.malformed(n.Bucket, "is bucket %d, which belongs in slot %d", num, num%breaker.FleetSlots)
+	}
+	b := breaker.Bucket{Num: num}
+	for _, c := range []struct {
+		name string
+		v    *int64
+	}{{n.Requests, &b.Requests}, {n.Successes, &b.Successes}, {n.Failures, &b.Failures}, {n.Samples, &b.Samples}} {
+		if *c.v, err = it.requiredInt64In(c.name, 0, maxCount); err != nil {
+			return breaker.Bucket{}, err
+		}
+	}
+	return b, nil
 }
 
 // decodeOverride decodes an override item; nil attrs (no item) is
@@ -591,29 +761,6 @@ func decodeOverride(key string, attrs map[string]types.AttributeValue) (breaker.
 		return breaker.NoOverride, time.Time{}, err
 	}
 	return o, until, nil
-}
-
-// decodeTally decodes a fleet window item; nil attrs (no item) is the zero
-// Tally.
-func decodeTally(key string, attrs map[string]types.AttributeValue) (breaker.Tally, error) {
-	var t breaker.Tally
-	if attrs == nil {
-		return t, nil
-	}
-	it := item{key: key, attrs: attrs}
-	var err error
-	if t.Successes, _, err = it.int64In(layout.AttrSuccesses, 0, 1<<63-1); err != nil {
-		return t, err
-	}
-	if t.Failures, _, err = it.int64In(layout.AttrFailures, 0, 1<<63-1); err != nil {
-		return t, err
-	}
-	envs, err := it.stringSet(layout.AttrEnvs)
-	if err != nil {
-		return t, err
-	}
-	t.Reporters = len(envs)
-	return t, nil
 }
 
 // sameState reports whether the stored state a is next as Transition

@@ -3,7 +3,9 @@ package dynamo
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -133,51 +135,254 @@ func TestBreakerLoadFaults(t *testing.T) {
 	}
 }
 
-func TestBreakerReport(t *testing.T) {
-	var in *dynamodb.UpdateItemInput
-	f := &fakeAPI{updateItem: func(i *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
-		in = i
-		return &dynamodb.UpdateItemOutput{Attributes: attrs{"successes": nAV("5"), "failures": nAV("8"), "envs": &types.AttributeValueMemberSS{Value: []string{"a", "b"}}}}, nil
+// stateItem returns a state item at epoch with slot 4 holding bucket
+// held (none if 0) and the given counts.
+func stateItem(epoch string, held int64, counts ...string) attrs {
+	a := attrs{"pk": sAV("c#payments"), "state": sAV("closed"), "epoch": nAV(epoch)}
+	if held != 0 {
+		a["b4"] = nAV(strconv.FormatInt(held, 10))
+		for i, n := range []string{"r4", "s4", "f4", "n4"} {
+			a[n] = nAV(counts[i])
+		}
+	}
+	return a
+}
+
+// scripted returns a fakeAPI whose i-th UpdateItem is answered with
+// script[i] (the last entry again past the end): an error, or the attrs
+// of the item after the update. ins collects the requests.
+func scripted(script ...any) (f *fakeAPI, ins *[]*dynamodb.UpdateItemInput) {
+	ins = new([]*dynamodb.UpdateItemInput)
+	f = &fakeAPI{updateItem: func(in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+		a := script[min(len(*ins), len(script)-1)]
+		*ins = append(*ins, in)
+		if err, ok := a.(error); ok {
+			return nil, err
+		}
+		return &dynamodb.UpdateItemOutput{Attributes: a.(attrs)}, nil
 	}}
-	s := newFakeBreakerStore(t, f, nil)
-	w := time.UnixMilli(1_700_000_000_000)
-	got, err := s.Report(t.Context(), "payments", w, "a", 1, 2, w.Add(time.Minute))
-	if err != nil || got != (breaker.Tally{Successes: 5, Failures: 8, Reporters: 2}) {
-		t.Fatalf("Report = %+v, %v", got, err)
+	return f, ins
+}
+
+// reportForms returns the forms the Report requests ins were sent in,
+// from their update expressions.
+func reportForms(t *testing.T, ins []*dynamodb.UpdateItemInput) string {
+	t.Helper()
+	var forms []string
+	for _, in := range ins {
+		switch up := renderWith(t, in.UpdateExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues); {
+		case strings.HasPrefix(up, "ADD r4 "):
+			forms = append(forms, "add")
+		case strings.HasPrefix(up, "SET b4 = "):
+			forms = append(forms, "reset")
+		case strings.HasPrefix(up, "SET watch_until = ") && !strings.Contains(up, ","):
+			forms = append(forms, "late")
+		default:
+			t.Fatalf("unexpected Report update %s", up)
+		}
 	}
-	if pk := in.Key["pk"].(*types.AttributeValueMemberS).Value; pk != "c#payments#w#1700000000000" {
-		t.Errorf("Report wrote %s", pk)
-	}
-	if in.ReturnValues != types.ReturnValueAllNew || in.ReturnValuesOnConditionCheckFailure != types.ReturnValuesOnConditionCheckFailureAllOld {
-		t.Errorf("ReturnValues %s / %s", in.ReturnValues, in.ReturnValuesOnConditionCheckFailure)
+	return strings.Join(forms, " ")
+}
+
+func TestBreakerReport(t *testing.T) {
+	const n = 1_700_000_004 // slot 4
+	watch := time.UnixMilli(1_700_000_020_000)
+	r := breaker.Report{Epoch: 2, Bucket: n, Requests: 4, Successes: 1, Failures: 2, Samples: 3}
+	rw := r
+	rw.WatchUntil = watch
+	watching := func(a attrs) attrs {
+		a["watch_until"] = nAV("1700000020000")
+		return a
 	}
 
+	t.Run("first report resets the slot", func(t *testing.T) {
+		f, ins := scripted(watching(stateItem("2", n, "4", "1", "2", "3")))
+		s := newFakeBreakerStore(t, f, nil)
+		got, err := s.Report(t.Context(), "payments", rw)
+		var want breaker.Snapshot
+		want.Epoch, want.WatchUntil = 2, watch
+		want.Buckets[4] = breaker.Bucket{Num: n, Requests: 4, Successes: 1, Failures: 2, Samples: 3}
+		if err != nil || !sameSnapshot(got, want) {
+			t.Fatalf("Report = %+v, %v; want %+v", got, err, want)
+		}
+		in := (*ins)[0]
+		if pk := in.Key["pk"].(*types.AttributeValueMemberS).Value; pk != "c#payments" {
+			t.Errorf("Report wrote %s, want the state item", pk)
+		}
+		if in.ReturnValues != types.ReturnValueAllNew || in.ReturnValuesOnConditionCheckFailure != types.ReturnValuesOnConditionCheckFailureAllOld {
+			t.Errorf("ReturnValues %s / %s", in.ReturnValues, in.ReturnValuesOnConditionCheckFailure)
+		}
+		if st := s.Stats(); st != (Stats{Writes: 1}) {
+			t.Errorf("Stats = %+v, want one write", st)
+		}
+		// The next report of the bucket adds to it at once.
+		if _, err := s.Report(t.Context(), "payments", r); err != nil {
+			t.Fatal(err)
+		}
+		if forms := reportForms(t, *ins); forms != "reset add" || len(f.calls()) != 2 {
+			t.Errorf("forms sent %s in %d requests, want reset add", forms, len(f.calls()))
+		}
+	})
+
+	t.Run("slot already started: add, and add first next time", func(t *testing.T) {
+		f, ins := scripted(
+			ccf(stateItem("2", n, "10", "5", "5", "10")), // reset refused: another environment started the bucket
+			stateItem("2", n, "14", "6", "7", "13"),
+			ccf(stateItem("2", n, "14", "6", "7", "13")), // add for bucket n+10 refused: the slot still holds n
+			stateItem("2", n+10, "4", "1", "2", "3"),
+			stateItem("2", n+20, "4", "1", "2", "3"), // the reset taught the store to reset first again
+		)
+		s := newFakeBreakerStore(t, f, nil)
+		got, err := s.Report(t.Context(), "payments", r)
+		if err != nil || got.Buckets[4] != (breaker.Bucket{Num: n, Requests: 14, Successes: 6, Failures: 7, Samples: 13}) {
+			t.Fatalf("Report = %+v, %v", got, err)
+		}
+		if forms := reportForms(t, *ins); forms != "reset add" {
+			t.Fatalf("forms sent %s, want reset add", forms)
+		}
+		if st := s.Stats(); st != (Stats{Writes: 2, ConditionalFailures: 1}) {
+			t.Errorf("Stats = %+v", st)
+		}
+		for _, b := range []int64{n + 10, n + 20} {
+			rb := r
+			rb.Bucket = b
+			if _, err := s.Report(t.Context(), "payments", rb); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if forms := reportForms(t, *ins); forms != "reset add add reset reset" {
+			t.Fatalf("forms sent %s, want reset add, add reset, reset", forms)
+		}
+	})
+
+	t.Run("another epoch is a conflict", func(t *testing.T) {
+		a := stateItem("3", 0)
+		a["state"], a["open_until"] = sAV("open"), nAV("1700000030000")
+		f, _ := scripted(ccf(a))
+		s := newFakeBreakerStore(t, f, nil)
+		got, err := s.Report(t.Context(), "payments", r)
+		want := breaker.Snapshot{State: breaker.Open, Epoch: 3, OpenUntil: time.UnixMilli(1_700_000_030_000)}
+		if !errors.Is(err, breaker.ErrConflict) || errors.Is(err, breaker.ErrStore) || !sameSnapshot(got, want) {
+			t.Fatalf("Report = %+v, %v; want %+v and ErrConflict only", got, err, want)
+		}
+		if len(f.calls()) != 1 {
+			t.Errorf("%d requests, want 1", len(f.calls()))
+		}
+	})
+
+	t.Run("a missing item at epoch 2 is a conflict at epoch 0", func(t *testing.T) {
+		f, _ := scripted(ccf(nil))
+		s := newFakeBreakerStore(t, f, nil)
+		got, err := s.Report(t.Context(), "payments", r)
+		if !errors.Is(err, breaker.ErrConflict) || !sameSnapshot(got, breaker.Snapshot{}) {
+			t.Fatalf("Report = %+v, %v; want the zero snapshot and ErrConflict", got, err)
+		}
+	})
+
+	// A late report (the slot holds a newer bucket) writes only its
+	// watch; without one its first refusal is the answer. Once the store
+	// knows the slot holds a newer bucket, a report with a watch sends
+	// the late form at once, one without still sends reset, since only a
+	// write can tell the item as it stands.
+	late := stateItem("2", n+10, "1", "1", "0", "1")
 	for _, c := range []struct {
-		name  string
-		err   error
-		out   attrs
-		cause any
+		name   string
+		r      breaker.Report
+		script []any
+		watch  time.Time
+		forms  string
 	}{
-		{"refusal carrying a malformed item", ccf(attrs{"successes": sAV("1")}), nil, new(*MalformedItemError)},
-		{"refusal carrying a well-formed item", ccf(attrs{"successes": nAV("1")}), nil, new(*types.ConditionalCheckFailedException)},
-		{"answer with negative failures", nil, attrs{"successes": nAV("1"), "failures": nAV("-1")}, new(*MalformedItemError)},
-		{"throttled", throttled(), nil, new(*types.ProvisionedThroughputExceededException)},
+		{"late report without a watch", r, []any{ccf(late)}, time.Time{}, "reset reset"},
+		{"late report with a watch", rw, []any{ccf(late), watching(maps.Clone(late))}, watch, "reset late late"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f := &fakeAPI{updateItem: func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
-				if c.err != nil {
-					return nil, c.err
-				}
-				return &dynamodb.UpdateItemOutput{Attributes: c.out}, nil
-			}}
+			f, ins := scripted(c.script...)
 			s := newFakeBreakerStore(t, f, nil)
-			got, err := s.Report(t.Context(), "payments", w, "a", 1, 2, w.Add(time.Minute))
-			wantStoreError(t, "Report", err, c.cause)
-			if got != (breaker.Tally{}) {
-				t.Errorf("Report returned %+v with its error", got)
+			for range 2 {
+				got, err := s.Report(t.Context(), "payments", c.r)
+				if err != nil || !got.WatchUntil.Equal(c.watch) || got.Buckets[4].Num != n+10 {
+					t.Fatalf("Report = %+v, %v", got, err)
+				}
+			}
+			if forms := reportForms(t, *ins); forms != c.forms {
+				t.Fatalf("forms sent %s, want %s", forms, c.forms)
 			}
 		})
 	}
+
+	for _, c := range []struct {
+		name   string
+		script []any
+		cause  any
+		forms  string
+	}{
+		{"refusal carrying a malformed item", []any{ccf(attrs{"state": sAV("closed"), "epoch": nAV("2"), "b4": sAV("1")})}, new(*MalformedItemError), "reset"},
+		{"refusal carrying a slot without its counts", []any{ccf(attrs{"state": sAV("closed"), "epoch": nAV("2"), "b4": nAV("1700000004")})}, new(*MalformedItemError), "reset"},
+		{"refusal although the item calls for the form sent", []any{ccf(stateItem("2", 0))}, new(*types.ConditionalCheckFailedException), "reset"},
+		{"answer with negative failures", []any{stateItem("2", n, "1", "1", "-1", "1")}, new(*MalformedItemError), "reset"},
+		{"answer with the bucket in another slot", []any{stateItem("2", n+1, "1", "1", "1", "1")}, new(*MalformedItemError), "reset"},
+		{"throttled", []any{throttled()}, new(*types.ProvisionedThroughputExceededException), "reset"},
+		{"second write throttled", []any{ccf(stateItem("2", n, "1", "1", "0", "1")), throttled()}, new(*types.ProvisionedThroughputExceededException), "reset add"},
+		// The slot moved on after each refusal (two buckets FleetSlots
+		// apart racing): no fourth write.
+		{"slot kept moving", []any{ccf(stateItem("2", n, "1", "1", "0", "1")), ccf(stateItem("2", n+10, "1", "1", "0", "1")), ccf(stateItem("2", n+20, "1", "1", "0", "1"))},
+			new(*types.ConditionalCheckFailedException), "reset add late"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, ins := scripted(c.script...)
+			s := newFakeBreakerStore(t, f, nil)
+			got, err := s.Report(t.Context(), "payments", rw)
+			wantStoreError(t, "Report", err, c.cause)
+			if !sameSnapshot(got, breaker.Snapshot{}) {
+				t.Errorf("Report returned %+v with its error", got)
+			}
+			if forms := reportForms(t, *ins); forms != c.forms || len(f.calls()) != len(*ins) {
+				t.Errorf("forms sent %s in %d requests, want %s", forms, len(f.calls()), c.forms)
+			}
+		})
+	}
+
+	t.Run("bucket started by another environment between the writes", func(t *testing.T) {
+		f, ins := scripted(
+			ccf(stateItem("2", n, "1", "1", "0", "1")), // a first report learns that others start buckets
+			stateItem("2", n, "5", "2", "2", "4"),
+			ccf(stateItem("2", n, "5", "2", "2", "4")),    // n+10: add refused, the slot still holds n
+			ccf(stateItem("2", n+10, "3", "3", "0", "3")), // reset refused: another environment started n+10
+			stateItem("2", n+10, "7", "4", "2", "6"),
+		)
+		s := newFakeBreakerStore(t, f, nil)
+		for _, b := range []int64{n, n + 10} {
+			rb := r
+			rb.Bucket = b
+			if _, err := s.Report(t.Context(), "payments", rb); err != nil {
+				t.Fatalf("Report of bucket %d: %v", b, err)
+			}
+		}
+		if forms := reportForms(t, *ins); forms != "reset add add reset add" {
+			t.Fatalf("forms sent %s, want reset add, add reset add", forms)
+		}
+	})
+
+	t.Run("deadline between the writes", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		f := &fakeAPI{updateItem: func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+			cancel()
+			return nil, ccf(stateItem("2", n, "1", "1", "0", "1"))
+		}}
+		s := newFakeBreakerStore(t, f, nil)
+		_, err := s.Report(ctx, "payments", r)
+		wantStoreError(t, "Report", err, context.Canceled)
+		if len(f.calls()) != 1 {
+			t.Fatalf("%d requests, want 1", len(f.calls()))
+		}
+	})
+}
+
+// sameSnapshot compares snapshots with times compared by Equal.
+func sameSnapshot(a, b breaker.Snapshot) bool {
+	return a.State == b.State && a.Epoch == b.Epoch && a.OpenUntil.Equal(b.OpenUntil) && a.Reopens == b.Reopens &&
+		a.Override == b.Override && a.OverrideUntil.Equal(b.OverrideUntil) && a.WatchUntil.Equal(b.WatchUntil) && a.Buckets == b.Buckets
 }
 
 func TestBreakerTransition(t *testing.T) {
@@ -448,9 +653,9 @@ func TestBreakerInvalidArgumentsSendNothing(t *testing.T) {
 	for what, err := range map[string]error{
 		"Load bad name":                 func() error { _, err := s.Load(ctx, "a b"); return err }(),
 		"Load canceled":                 func() error { _, err := s.Load(canceled, "p"); return err }(),
-		"Report empty env":              func() error { _, err := s.Report(ctx, "p", now, "", 1, 1, now.Add(time.Minute)); return err }(),
-		"Report negative":               func() error { _, err := s.Report(ctx, "p", now, "e", -1, 1, now.Add(time.Minute)); return err }(),
-		"Report canceled":               func() error { _, err := s.Report(canceled, "p", now, "e", 1, 1, now.Add(time.Minute)); return err }(),
+		"Report bucket 0":               func() error { _, err := s.Report(ctx, "p", breaker.Report{Requests: 1}); return err }(),
+		"Report negative":               func() error { _, err := s.Report(ctx, "p", breaker.Report{Bucket: 1, Failures: -1}); return err }(),
+		"Report canceled":               func() error { _, err := s.Report(canceled, "p", breaker.Report{Bucket: 1}); return err }(),
 		"Transition epoch skip":         func() error { _, err := s.Transition(ctx, "p", 1, breaker.Snapshot{Epoch: 3}); return err }(),
 		"Transition canceled":           func() error { _, err := s.Transition(canceled, "p", 1, breaker.Snapshot{Epoch: 2}); return err }(),
 		"AcquireProbe lease before now": func() error { _, err := s.AcquireProbe(ctx, "p", 1, 1, now, now); return err }(),
@@ -485,7 +690,7 @@ func TestNilAnswersDoNotPanic(t *testing.T) {
 	s := newFakeBreakerStore(t, f, nil)
 	_, err := s.Load(t.Context(), "p")
 	wantStoreError(t, "Load", err, errNoOutput)
-	_, err = s.Report(t.Context(), "p", now, "e", 1, 1, now.Add(time.Minute))
+	_, err = s.Report(t.Context(), "p", breaker.Report{Bucket: 1, Requests: 1})
 	wantStoreError(t, "Report", err, errNoOutput)
 	_, err = s.Transition(t.Context(), "p", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1})
 	wantStoreError(t, "Transition", err, errNoOutput)

@@ -2,6 +2,8 @@ package dynamo
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -135,27 +137,55 @@ func TestDecodeOverride(t *testing.T) {
 	}
 }
 
-func TestDecodeTally(t *testing.T) {
-	const key = "c#x#w#0"
-	got, err := decodeTally(key, attrs{"successes": nAV("4"), "failures": nAV("9"), "envs": &types.AttributeValueMemberSS{Value: []string{"a", "b", "c"}}})
-	if err != nil || got != (breaker.Tally{Successes: 4, Failures: 9, Reporters: 3}) {
-		t.Fatalf("decodeTally = %+v, %v", got, err)
+func TestDecodeStateSlots(t *testing.T) {
+	const key = "c#x"
+	full := attrs{"state": sAV("closed"), "epoch": nAV("3"), "watch_until": nAV("1700000020000"), "stray": sAV("ignored")}
+	var want breaker.Snapshot
+	want.Epoch, want.WatchUntil = 3, time.UnixMilli(1_700_000_020_000)
+	for i := range int64(breaker.FleetSlots) {
+		if i == 6 {
+			continue // an empty slot
+		}
+		num := 1_700_000_000 + i
+		full[fmt.Sprint("b", i)] = nAV(fmt.Sprint(num))
+		full[fmt.Sprint("r", i)] = nAV(fmt.Sprint(10 * i))
+		full[fmt.Sprint("s", i)] = nAV(fmt.Sprint(i))
+		full[fmt.Sprint("f", i)] = nAV(fmt.Sprint(2 * i))
+		full[fmt.Sprint("n", i)] = nAV(fmt.Sprint(3 * i))
+		want.Buckets[i] = breaker.Bucket{Num: num, Requests: 10 * i, Successes: i, Failures: 2 * i, Samples: 3 * i}
 	}
-	if got, err := decodeTally(key, nil); err != nil || got != (breaker.Tally{}) {
-		t.Fatalf("decodeTally(no item) = %+v, %v", got, err)
+	// Counts left in a slot without its bucket number are no bucket.
+	full["r6"] = sAV("stale")
+	snap, err := decodeState(key, full)
+	if err != nil || snap.Epoch != want.Epoch || !snap.WatchUntil.Equal(want.WatchUntil) || snap.Buckets != want.Buckets {
+		t.Fatalf("decodeState = %+v, %v; want %+v", snap, err, want)
 	}
-	for _, c := range []struct {
+
+	type bad struct {
 		name, attr string
-		attrs      attrs
-	}{
-		{"successes string", "successes", attrs{"successes": sAV("4")}},
-		{"successes negative", "successes", attrs{"successes": nAV("-4")}},
-		{"failures huge", "failures", attrs{"failures": nAV("1" + strings.Repeat("0", 30))}},
-		{"failures NS", "failures", attrs{"failures": &types.AttributeValueMemberNS{Value: []string{"1"}}}},
-		{"envs string", "envs", attrs{"envs": sAV("a")}},
-		{"envs list", "envs", attrs{"envs": &types.AttributeValueMemberL{}}},
-	} {
-		_, err := decodeTally(key, c.attrs)
+		edit       func(attrs)
+	}
+	cases := []bad{
+		{"watch_until negative", "watch_until", func(a attrs) { a["watch_until"] = nAV("-1") }},
+		{"b3 zero", "b3", func(a attrs) { a["b3"] = nAV("0") }},
+		{"b3 in slot 4", "b3", func(a attrs) { a["b3"] = nAV("1700000004") }},
+		{"b3 above the last bucket", "b3", func(a attrs) { a["b3"] = nAV("253402300800003") }},
+		{"r3 missing", "r3", func(a attrs) { delete(a, "r3") }},
+		{"n3 missing", "n3", func(a attrs) { delete(a, "n3") }},
+		{"s3 above int64", "s3", func(a attrs) { a["s3"] = nAV("9223372036854775808") }},
+	}
+	for _, attr := range []string{"watch_until", "b3", "r3", "s3", "f3", "n3"} {
+		for typ, av := range wrongTypes {
+			cases = append(cases, bad{attr + " " + typ, attr, func(a attrs) { a[attr] = av }})
+		}
+		for _, n := range badNumbers {
+			cases = append(cases, bad{attr + " " + n, attr, func(a attrs) { a[attr] = nAV(n) }})
+		}
+	}
+	for _, c := range cases {
+		a := maps.Clone(full)
+		c.edit(a)
+		_, err := decodeState(key, a)
 		wantMalformed(t, c.name, err, key, c.attr)
 	}
 }

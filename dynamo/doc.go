@@ -31,21 +31,29 @@
 //
 //	pk                                       attributes
 //	b#<name>#<shard>#<windowStartUnixMilli>  allowance N, expires N               budget window shard
-//	c#<name>                                 state S, epoch N,                    breaker state
-//	                                         open_until N (Unix ms, optional),
-//	                                         reopens N
+//	c#<name>                                 state S, epoch N,                    breaker state and
+//	                                         open_until N (Unix ms, optional),    fleet counts
+//	                                         reopens N,
+//	                                         watch_until N (Unix ms, optional),
+//	                                         for slot i in 0..9 (optional):
+//	                                         b<i> N, r<i> N, s<i> N, f<i> N, n<i> N
 //	c#<name>#override                        override S, until N (Unix ms,        operator override
 //	                                         optional), expires N (optional)
-//	c#<name>#w#<windowStartUnixMilli>        successes N, failures N, envs SS,    breaker fleet window
-//	                                         expires N
 //	c#<name>#p#<slot>                        epoch N, lease_until N (Unix ms),    half-open probe slot
 //	                                         expires N
 //
 // state is "closed", "open" or "half-open"; override is "none",
 // "force-open", "force-closed" or "disabled" (breaker.Override's strings).
-// Window items carry their window in the key, so an old window is never
-// read again and time to live only cleans up; the state and override items
-// never expire (an override with an end expires a day after it).
+// The fleet's counts of the current epoch live in the state item, in
+// breaker.FleetSlots slots: slot i holds bucket b<i> (Unix milliseconds
+// divided by the bucket width, a tenth of the breaker's Window; always
+// congruent to i modulo 10) with its estimated requests r<i>, successes
+// s<i> and failures f<i> and its number of samples n<i> (breaker.Bucket).
+// A slot without b<i> is empty. A new bucket replaces the one ten buckets
+// older in its slot, so the item never grows: it stays under 1 KB
+// whatever the fleet's size. watch_until is when the fleet stops counting
+// (breaker.Snapshot.WatchUntil). The state and override items never
+// expire (an override with an end expires a day after it).
 //
 // # Conditional writes
 //
@@ -53,9 +61,18 @@
 //	                                      IF [attribute_not_exists(allowance) OR] allowance BETWEEN :lo AND :max
 //	                                      (lo = max(Take - Deposit, 0), max = MaxAmount; the OR part when Floor >= Take - Deposit)
 //	BreakerStore.Load         BatchGetItem of c#<name> and c#<name>#override, eventually consistent
-//	BreakerStore.Report       UpdateItem  ADD successes :s, failures :f, envs :env SET expires = :exp
-//	                                      IF each attribute is absent or of its type
+//	BreakerStore.Report       UpdateItem  on c#<name>, slot i = bucket mod 10, one of:
+//	                                      add:   ADD r<i> :r, s<i> :s, f<i> :f, n<i> :n [SET watch_until = :w]
+//	                                             IF epoch = :e AND b<i> = :b AND r<i>, s<i>, f<i>, n<i> are numbers
+//	                                      reset: SET b<i> = :b, r<i> = :r, s<i> = :s, f<i> = :f, n<i> = :n [, watch_until = :w]
+//	                                             IF epoch = :e AND (attribute_not_exists(b<i>) OR b<i> < :b)
+//	                                      late:  SET watch_until = :w IF epoch = :e AND b<i> > :b
+//	                                      (epoch = :e is "(attribute_not_exists(epoch) AND attribute_not_exists(state))
+//	                                      OR epoch = 0" at epoch 0, where reset also sets state and epoch if
+//	                                      absent); a refusal of the form guessed is followed by the form the
+//	                                      item calls for: 1 write, 2 after a wrong guess, at most 3
 //	BreakerStore.Transition   UpdateItem  SET state, epoch = :prev + 1, reopens, open_until (or REMOVE open_until)
+//	                                      REMOVE every slot attribute b0 ... n9 (watch_until is kept)
 //	                                      IF epoch = :prev (OR attribute_not_exists(epoch) when :prev is 0)
 //	                                      then GetItem c#<name>#override
 //	BreakerStore.AcquireProbe UpdateItem  SET epoch, lease_until, expires on c#<name>#p#<slot>
@@ -67,8 +84,9 @@
 //
 // Every conditional write asks for ReturnValuesOnConditionCheckFailure =
 // ALL_OLD, so a refusal brings the item as it stands at no extra cost: the
-// allowance that was too low (for the Global's "exhausted until" cache) or
-// the state that won the race. A missing state item and epoch 0 are the
+// allowance that was too low (for the Global's "exhausted until" cache),
+// the state that won the race, or the slot a Report found holding another
+// bucket than it guessed. A missing state item and epoch 0 are the
 // same thing: Load reports a never-written breaker as closed with epoch 0,
 // and a transition from epoch 0 succeeds on a missing item (or one whose
 // epoch is 0). The override lives in its own item so that an operator's
@@ -94,22 +112,24 @@
 // are not idempotent are bounded by that one retry: a BudgetStore.Apply
 // may apply its update twice (a doubled take only refuses sooner; a doubled
 // deposit adds at most one update's Deposit of slack per retried call) and
-// a BreakerStore.Report may count its outcomes twice (its environment is
-// recorded once: envs is a set). A retried Transition finds next stored and
+// a BreakerStore.Report may add its counts twice (at most one report's
+// counts per retried call; a retried reset finds its bucket already in
+// the slot and is refused, then adds). A retried Transition finds next stored and
 // reports success; a retried AcquireProbe finds its own lease, moves on to
 // another slot, and leaves the first held until its lease lapses.
 // SetOverride and the reads are idempotent.
 //
 // # Cost
 //
-// Items are small: a write costs one write request unit (1 KB), refused
-// or not, and reading one item eventually consistently half a read request
-// unit (4 KB). A fleet window grows by its reporters' identifiers and passes
-// 1 KB at about 25 reporters of 36 bytes, costing a unit per further KB.
+// Every item is under 1 KB (the breaker state item, the largest, is at
+// most about 850 bytes with a 128-byte name and every slot full): a write
+// costs one write request unit, refused or not, and reading one item
+// eventually consistently half a read request unit, whatever the fleet's
+// size.
 //
 //	BudgetStore.Apply          1 write
 //	BreakerStore.Load          1 request: 2 item reads (1 read unit)
-//	BreakerStore.Report        1 write
+//	BreakerStore.Report        1 write; 2 when the slot held another bucket than guessed, at most 3
 //	BreakerStore.Transition    1 write + 1 read (½ read unit)
 //	BreakerStore.AcquireProbe  1 write per slot tried: 1 if the first is free, limit when all are held
 //	BreakerStore.SetOverride   1 write

@@ -16,6 +16,7 @@ import (
 	"github.com/herdguard/herdguard/budget"
 
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/slothint"
 )
 
 var placeholder = regexp.MustCompile(`[#:][A-Za-z0-9_]+`)
@@ -141,50 +142,92 @@ func TestApplyExpressionRejects(t *testing.T) {
 }
 
 func TestReportExpression(t *testing.T) {
-	w := time.UnixMilli(1_700_000_000_000)
-	key, e, err := reportExpression("payments", w, "env-1", 1, 2, w.Add(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "c#payments#w#1700000000000" {
-		t.Errorf("key = %q", key)
-	}
-	up, cond := renderAll(t, e)
-	if want := `ADD successes 1, failures 2, envs SS["env-1"] SET expires = 1700000030`; up != want {
-		t.Errorf("update = %s\nwant     %s", up, want)
-	}
-	if want := `((attribute_not_exists (successes)) OR (attribute_type (successes, "N"))) AND ` +
-		`((attribute_not_exists (failures)) OR (attribute_type (failures, "N"))) AND ` +
-		`((attribute_not_exists (envs)) OR (attribute_type (envs, "SS")))`; cond != want {
-		t.Errorf("condition = %s\nwant        %s", cond, want)
-	}
-
+	watch := time.UnixMilli(1_700_000_020_001)
+	r := breaker.Report{Epoch: 3, Bucket: 1_700_000_004, Requests: 8, Successes: 2, Failures: 5, Samples: 7}
+	r0 := r
+	r0.Epoch = 0
+	rw := r
+	rw.WatchUntil = watch
 	for _, c := range []struct {
-		name, env string
-		s, f      int64
-		window    time.Time
-		want      string
+		r          breaker.Report
+		f          slothint.Form
+		update     string
+		conditions string
 	}{
-		{"a#b", "env", 1, 1, w, "'#'"},
-		{"x", "", 1, 1, w, "environment"},
-		{"x", strings.Repeat("e", MaxEnvLen+1), 1, 1, w, "environment"},
-		{"x", "bad\xff", 1, 1, w, "environment"},
-		{"x", "env", -1, 1, w, "counts"},
-		{"x", "env", 1, -1, w, "counts"},
-		{"x", "env", MaxAmount + 1, 0, w, "counts"},
-		{"x", "env", 1, 1, time.Time{}, "window is the zero time"},
+		{r, slothint.Add, "ADD r4 8, s4 2, f4 5, n4 7",
+			`(epoch = 3) AND ((b4 = 1700000004) AND (attribute_type (r4, "N")) AND (attribute_type (s4, "N")) AND (attribute_type (f4, "N")) AND (attribute_type (n4, "N")))`},
+		{rw, slothint.Add, "ADD r4 8, s4 2, f4 5, n4 7 SET watch_until = 1700000020001",
+			`(epoch = 3) AND ((b4 = 1700000004) AND (attribute_type (r4, "N")) AND (attribute_type (s4, "N")) AND (attribute_type (f4, "N")) AND (attribute_type (n4, "N")))`},
+		{r0, slothint.Add, "ADD r4 8, s4 2, f4 5, n4 7",
+			`(((attribute_not_exists (epoch)) AND (attribute_not_exists (state))) OR (epoch = 0)) AND ((b4 = 1700000004) AND (attribute_type (r4, "N")) AND (attribute_type (s4, "N")) AND (attribute_type (f4, "N")) AND (attribute_type (n4, "N")))`},
+		{r, slothint.Reset, "SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7",
+			"(epoch = 3) AND ((attribute_not_exists (b4)) OR (b4 < 1700000004))"},
+		{rw, slothint.Reset, "SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7, watch_until = 1700000020001",
+			"(epoch = 3) AND ((attribute_not_exists (b4)) OR (b4 < 1700000004))"},
+		// The first report of a breaker creates its state item, closed
+		// at epoch 0, unless a transition already made one.
+		{r0, slothint.Reset, `SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7, state = if_not_exists(state, "closed"), epoch = if_not_exists(epoch, 0)`,
+			"(((attribute_not_exists (epoch)) AND (attribute_not_exists (state))) OR (epoch = 0)) AND ((attribute_not_exists (b4)) OR (b4 < 1700000004))"},
+		{rw, slothint.Late, "SET watch_until = 1700000020001",
+			"(epoch = 3) AND (b4 > 1700000004)"},
 	} {
-		if _, _, err := reportExpression(c.name, c.window, c.env, c.s, c.f, w.Add(time.Minute)); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("reportExpression(%q, %q, %d, %d) error = %v, want one containing %q", c.name, c.env, c.s, c.f, err, c.want)
+		e, err := reportExpression(c.r, c.f)
+		if err != nil {
+			t.Fatalf("reportExpression(%+v, %s): %v", c.r, c.f, err)
+		}
+		if up, cond := renderAll(t, e); up != c.update || cond != c.conditions {
+			t.Errorf("reportExpression(%+v, %s) =\n  %s\n  %s\nwant\n  %s\n  %s", c.r, c.f, up, cond, c.update, c.conditions)
 		}
 	}
-	if _, _, err := reportExpression("x", w, "env", 1, 1, time.Time{}); err == nil || !strings.Contains(err.Error(), "expires is the zero time") {
-		t.Errorf("reportExpression with zero expires: error %v", err)
+	// Slot i is bucket mod FleetSlots.
+	for n := int64(1); n <= 25; n++ {
+		e, err := reportExpression(breaker.Report{Bucket: n, Requests: 1}, slothint.Reset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if up, _ := renderAll(t, e); !strings.HasPrefix(up, fmt.Sprintf("SET b%d = %d, r%d = 1,", n%10, n, n%10)) {
+			t.Errorf("bucket %d updates %s", n, up)
+		}
+	}
+}
+
+func TestValidateReport(t *testing.T) {
+	ok := breaker.Report{Epoch: maxEpoch, Bucket: maxBucket, Requests: MaxAmount, Successes: MaxAmount, Failures: MaxAmount, Samples: MaxAmount, WatchUntil: time.UnixMilli(maxUnixMilli)}
+	if err := validateReport("x", ok); err != nil {
+		t.Fatalf("validateReport(%+v) = %v", ok, err)
+	}
+	if err := validateReport("x", breaker.Report{Bucket: 1}); err != nil {
+		t.Fatalf("validateReport(bucket 1, no counts) = %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*breaker.Report)
+		want string
+	}{
+		{"a#b", func(*breaker.Report) {}, "'#'"},
+		{"x", func(r *breaker.Report) { r.Epoch = maxEpoch + 1 }, "epoch"},
+		{"x", func(r *breaker.Report) { r.Bucket = 0 }, "bucket 0"},
+		{"x", func(r *breaker.Report) { r.Bucket = -3 }, "bucket -3"},
+		{"x", func(r *breaker.Report) { r.Bucket = maxBucket + 1 }, "bucket"},
+		{"x", func(r *breaker.Report) { r.Requests = -1 }, "requests -1"},
+		{"x", func(r *breaker.Report) { r.Successes = -1 }, "successes -1"},
+		{"x", func(r *breaker.Report) { r.Failures = MaxAmount + 1 }, "failures"},
+		{"x", func(r *breaker.Report) { r.Samples = -1 }, "samples -1"},
+		{"x", func(r *breaker.Report) { r.WatchUntil = time.UnixMilli(-1) }, "watch-until"},
+	} {
+		r := ok
+		c.edit(&r)
+		if err := validateReport(c.name, r); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("validateReport(%q, %+v) = %v, want an error containing %q", c.name, r, err, c.want)
+		}
 	}
 }
 
 func TestTransitionExpression(t *testing.T) {
 	until := time.UnixMilli(1_700_000_020_001)
+	// Every slot of fleet counts is emptied; watch_until is kept.
+	const slots = "b0, r0, s0, f0, n0, b1, r1, s1, f1, n1, b2, r2, s2, f2, n2, b3, r3, s3, f3, n3, b4, r4, s4, f4, n4, " +
+		"b5, r5, s5, f5, n5, b6, r6, s6, f6, n6, b7, r7, s7, f7, n7, b8, r8, s8, f8, n8, b9, r9, s9, f9, n9"
 	for _, c := range []struct {
 		prev       uint64
 		next       breaker.Snapshot
@@ -193,17 +236,17 @@ func TestTransitionExpression(t *testing.T) {
 	}{
 		{
 			0, breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: until, Reopens: 2},
-			`SET state = "open", epoch = 1, reopens = 2, open_until = 1700000020001`,
+			`REMOVE ` + slots + ` SET state = "open", epoch = 1, reopens = 2, open_until = 1700000020001`,
 			"(attribute_not_exists (epoch)) OR (epoch = 0)",
 		},
 		{
 			4, breaker.Snapshot{State: breaker.Closed, Epoch: 5, Override: breaker.ForcedOpen, OverrideUntil: until},
-			`REMOVE open_until SET state = "closed", epoch = 5, reopens = 0`,
+			`REMOVE open_until, ` + slots + ` SET state = "closed", epoch = 5, reopens = 0`,
 			"epoch = 4",
 		},
 		{
 			1, breaker.Snapshot{State: breaker.HalfOpen, Epoch: 2, OpenUntil: until},
-			`SET state = "half-open", epoch = 2, reopens = 0, open_until = 1700000020001`,
+			`REMOVE ` + slots + ` SET state = "half-open", epoch = 2, reopens = 0, open_until = 1700000020001`,
 			"epoch = 1",
 		},
 	} {
@@ -214,9 +257,9 @@ func TestTransitionExpression(t *testing.T) {
 		if key != "c#payments" {
 			t.Errorf("key = %q", key)
 		}
-		// The override is never written by a transition.
+		// The override and the watch are never written by a transition.
 		for _, n := range e.Names() {
-			if n == layout.AttrOverride || n == layout.AttrUntil {
+			if n == layout.AttrOverride || n == layout.AttrUntil || n == layout.AttrWatchUntil {
 				t.Errorf("transition expression names %q", n)
 			}
 		}

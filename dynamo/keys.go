@@ -12,8 +12,8 @@ import (
 // dynamodb:LeadingKeys (the partition key of the items a request touches)
 // that matches the key "c#<name>#override" of every breaker's override
 // item and no other key the stores write: names cannot contain '#', so a
-// state key "c#<name>" never ends in "#override", and window and probe keys
-// end in digits. A deployment denies its functions writes to these items
+// state key "c#<name>" never ends in "#override", and probe keys end in
+// digits. A deployment denies its functions writes to these items
 // with
 //
 //	"Effect": "Deny",
@@ -38,15 +38,16 @@ const (
 	// allowance an item may hold: 2^53 retries in one window is far beyond
 	// any real budget, so a larger stored value is reported as malformed
 	// rather than granted from.
-	MaxAmount = 1 << 53
-	// MaxEnvLen bounds the environment identifier passed to
-	// BreakerStore.Report. Each reporter adds its identifier to the window
-	// item, which DynamoDB limits to 400 KB.
-	MaxEnvLen = 256
-
+	MaxAmount    = 1 << 53
 	maxEpoch     = 1 << 53         // a transition a second for 285 million years
 	maxReopens   = 1<<31 - 1       // fits any int
 	maxUnixMilli = 253402300799999 // 9999-12-31T23:59:59.999Z
+	// maxBucket bounds a fleet bucket's number: Unix milliseconds divided
+	// by a bucket width of at least one millisecond.
+	maxBucket = maxUnixMilli
+	// maxCount bounds a bucket's stored counts: Reports add at most
+	// MaxAmount each, so only a hand-edited item gets near it.
+	maxCount = 1<<63 - 1
 )
 
 // budgetKey returns "b#<name>#<shard>#<windowStartUnixMilli>".

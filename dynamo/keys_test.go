@@ -74,7 +74,6 @@ func TestKeysNeverCollide(t *testing.T) {
 		add(layout.StateKey(n), "state "+n)
 		add(layout.OverrideKey(n), "override "+n)
 		for _, w := range windows {
-			add(layout.WindowKey(n, w), "window "+n)
 			for shard := range 3 {
 				k, err := budgetKey(budget.Key{Name: n, Shard: shard, Window: time.UnixMilli(w)})
 				if err != nil {
@@ -170,7 +169,7 @@ func TestOverrideKeyPattern(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{layout.StateKey(name), layout.WindowKey(name, ms), layout.ProbeKey(name, rapid.IntRange(0, MaxProbeSlots-1).Draw(t, "slot")), bk} {
+		for _, k := range []string{layout.StateKey(name), layout.ProbeKey(name, rapid.IntRange(0, MaxProbeSlots-1).Draw(t, "slot")), bk} {
 			if stringLike(OverrideKeyPattern, k) {
 				t.Fatalf("pattern %q matches %q, which is not an override item", OverrideKeyPattern, k)
 			}

@@ -15,10 +15,10 @@ import (
 
 // Stats are a store's cumulative DynamoDB request counts and the capacity
 // DynamoDB reported they consumed. Each count is of requests the store made
-// (an SDK retry inside one request is not counted again). Items are small
-// (under 1 KB, except a fleet window with dozens of reporters or more), so on
-// an on-demand table a write costs one write request unit, refused or not,
-// and an eventually consistent read of one item half a read request unit.
+// (an SDK retry inside one request is not counted again). Every item the
+// stores write is under 1 KB, so on an on-demand table a write costs one
+// write request unit, refused or not, and an eventually consistent read of
+// one item half a read request unit.
 type Stats struct {
 	// Reads counts read requests: GetItem, and BatchGetItem of a breaker's
 	// two items (which costs as much as two GetItems but takes one round

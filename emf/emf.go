@@ -18,7 +18,7 @@
 //	rec, err := emf.New(os.Stdout, emf.Options{Namespace: "Herdguard",
 //		Dimensions: map[string]string{"FunctionName": fn, "Partner": "payments"}})
 //	br, err := breaker.New("payments", breaker.Settings{Store: ..., OnStoreError: rec.BreakerStoreError,
-//		OnStateChange: func(_ string, from, to breaker.State, _ breaker.Counts) { rec.Transition(from, to, false) }})
+//		OnStateChange: func(c breaker.StateChange) { rec.Transition(c.From, c.To, c.Origin == breaker.OriginWrote) }})
 //	exec, err := retry.New(retry.Config{Budgets: ..., Breaker: br,
 //		OnRetry: rec.Retry, OnBudgetExhausted: rec.BudgetExhausted, OnStoreError: rec.StoreError, OnGiveUp: rec.GiveUp})
 //	// at the end of every invocation, after exec.Flush:

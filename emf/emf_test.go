@@ -262,7 +262,7 @@ func TestHooksOfAnExecutor(t *testing.T) {
 	var buf bytes.Buffer
 	r := newRecorder(t, &buf, time.Now())
 	br, err := breaker.New("payments", breaker.Settings{ConsecutiveFailures: 3,
-		OnStateChange: func(_ string, from, to breaker.State, _ breaker.Counts) { r.Transition(from, to, true) }})
+		OnStateChange: func(c breaker.StateChange) { r.Transition(c.From, c.To, c.Origin != breaker.OriginFollowed) }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -269,12 +269,11 @@ func TestAWSRetryerSharedBreaker(t *testing.T) {
 	var opened atomic.Bool
 	br, err := breaker.New("awsretry-partner", breaker.Settings{
 		MinRequests:  6,
-		MinReporters: 1,
 		Store:        store,
 		CacheTTL:     200 * time.Millisecond,
 		StoreTimeout: 2 * time.Second,
-		OnStateChange: func(_ string, _, to breaker.State, _ breaker.Counts) {
-			if to == breaker.Open {
+		OnStateChange: func(c breaker.StateChange) {
+			if c.To == breaker.Open {
 				opened.Store(true)
 			}
 		},

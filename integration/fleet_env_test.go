@@ -345,7 +345,6 @@ func newFTEnv(t *testing.T, i int, table, endpoint string, clock *ftClock, log *
 		Store:           ftSpyStore{Store: e.breakers, log: log},
 		CacheTTL:        ftCacheTTL,
 		StoreTimeout:    ftStoreTimeout,
-		Env:             e.id,
 		OnStoreError: func(op string, err error) {
 			e.breakerFaults.Add(1)
 			e.noteFault(fmt.Errorf("breaker store %s: %w", op, err))

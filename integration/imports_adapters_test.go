@@ -23,8 +23,8 @@ func TestImportRulesOfAdapters(t *testing.T) {
 		return strings.Fields(string(out))
 	}
 	for pkg, allowed := range map[string][]string{
-		"awsretry": {"retry", "budget", "breaker", "awsretry"},
-		"emf":      {"retry", "budget", "breaker", "emf"},
+		"awsretry": {"retry", "budget", "breaker", "awsretry", "internal/attempt"},
+		"emf":      {"retry", "budget", "breaker", "emf", "internal/attempt"},
 	} {
 		for _, d := range deps(pkg) {
 			if rel, ok := strings.CutPrefix(d, mod+"/"); ok && !contains(allowed, rel) {

@@ -266,15 +266,15 @@ func TestLambdaUnderRIE(t *testing.T) {
 	table := newTable(t)
 	partner := newPartnerStub(t)
 	api := newAPI(t)
-	// One environment must be able to trip the fleet's breaker on its own
-	// (MinReporters 1), and the breaker must stay open long enough for the
+	// One environment trips the fleet's breaker on its own (its samples are
+	// the fleet's), and the breaker must stay open long enough for the
 	// second emulator to start and ask (30 s, template.yaml's default).
 	// Store calls get a generous timeout: this test is about the function
 	// under the emulator, not about DynamoDB Local's latency on a busy
 	// machine, and a store call that times out sends the breaker to its
 	// local state machine, whose state the second environment cannot read.
 	env := withEnv(fleetEnvironment(table, dynamoEndpoint, partner.srv.URL),
-		"BREAKER_MIN_REPORTERS=1", "BREAKER_MIN_REQUESTS=6", "BREAKER_OPEN_DURATION=30s",
+		"BREAKER_MIN_REQUESTS=6", "BREAKER_OPEN_DURATION=30s",
 		"STORE_TIMEOUT=1500ms", "FLUSH_TIMEOUT=1500ms")
 
 	first := startRIE(t, rie, bin, "rie-1", env)

@@ -42,10 +42,10 @@ const (
 	fleetHealthyPause  = 50 * time.Millisecond // spreads the healthy phase over several CacheTTLs
 	// fleetOutageLimit bounds the outage phase, which ends as soon as every
 	// environment has answered 503 breaker-open. Each process reports its
-	// breaker counts to the table at most once per ReportInterval (1 s), so
-	// the fleet needs a few seconds of rounds to put MinRequests outcomes
-	// from MinReporters environments in the table; the limit leaves room
-	// for a loaded machine.
+	// sampled breaker counts to the table at most once per ReportInterval
+	// (1 s), so the fleet needs a few seconds of rounds to put MinRequests
+	// sampled outcomes in the table; the limit leaves room for a loaded
+	// machine.
 	fleetOutageLimit   = 20 * time.Second
 	fleetRecoveryPause = 200 * time.Millisecond
 	// fleetFreshMargin is how much of the open period must be left before
@@ -88,7 +88,6 @@ func fleetEnvironment(table, dynamoURL, partnerURL string) []string {
 		"LOCAL_RETRY_FLOOR=" + strconv.Itoa(fleetLocalFloor),
 		"BUDGET_SHARDS=1",
 		"BREAKER_MIN_REQUESTS=" + strconv.Itoa(fleetMinRequests),
-		"BREAKER_MIN_REPORTERS=2",
 		"BREAKER_OPEN_DURATION=" + fleetOpenDuration.String(),
 		"BREAKER_CACHE_TTL=" + fleetCacheTTL.String(),
 		"STORE_TIMEOUT=250ms",

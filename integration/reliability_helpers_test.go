@@ -426,7 +426,6 @@ func newRelFleet(t testing.TB, api dynamo.API, table string, cfg relFleetConfig)
 		}
 		e.brk, err = breaker.New(cfg.Name, breaker.Settings{
 			Store:          cs,
-			Env:            fmt.Sprintf("env-%d", i),
 			CacheTTL:       cfg.CacheTTL,
 			StoreTimeout:   cfg.StoreTimeout,
 			MinRequests:    cfg.MinRequests,
@@ -436,9 +435,9 @@ func newRelFleet(t testing.TB, api dynamo.API, table string, cfg relFleetConfig)
 			ReportInterval: 200 * time.Millisecond,
 			Rand:           rand.New(rand.NewPCG(cfg.Seed, 1000+uint64(i))).Float64,
 			OnStoreError:   func(string, error) { e.breakerFaults.Add(1) },
-			OnStateChange: func(_ string, _, to breaker.State, _ breaker.Counts) {
+			OnStateChange: func(c breaker.StateChange) {
 				e.mu.Lock()
-				e.states = append(e.states, to)
+				e.states = append(e.states, c.To)
 				e.mu.Unlock()
 			},
 		})

@@ -207,7 +207,7 @@ func soakWarmDynamo(t *testing.T, api dynamo.API, table string) {
 				if _, err := bs.Apply(ctx, k, budget.Update{Floor: 1_000_000, Deposit: 100_000, Take: 1_000_000, Expires: w.Add(time.Minute)}); err != nil && !errors.Is(err, budget.ErrInsufficient) {
 					failed.Add(1)
 				}
-				if _, err := cs.Report(ctx, "soak-warmup", w, fmt.Sprintf("warm-%d", g), 1, 1, w.Add(time.Minute)); err != nil {
+				if _, err := cs.Report(ctx, "soak-warmup", breaker.Report{Bucket: w.Unix(), Requests: 2, Successes: 1, Failures: 1, Samples: 2}); err != nil {
 					failed.Add(1)
 				}
 				cancel()
@@ -302,11 +302,11 @@ func TestSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 		if e.brk, err = breaker.New("soak", breaker.Settings{
-			Store: e.cstore, Env: fmt.Sprintf("soak-env-%d", i), StoreTimeout: relStoreTimeout,
+			Store: e.cstore, StoreTimeout: relStoreTimeout,
 			OnStoreError: func(string, error) { breakerFaults.Add(1) },
 			OpenDuration: 3 * time.Second, MaxOpenDuration: 6 * time.Second,
-			OnStateChange: func(_ string, _, to breaker.State, _ breaker.Counts) {
-				if to == breaker.Open && partnerDown.Load() {
+			OnStateChange: func(c breaker.StateChange) {
+				if c.To == breaker.Open && partnerDown.Load() {
 					e.opened.Store(true)
 					e.openAt.CompareAndSwap(0, time.Now().UnixNano())
 				}

@@ -68,10 +68,13 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	return s.s.Load(ctx, name)
 }
 
-// Report implements breaker.Store. env must not be empty and the counts
-// must not be negative.
-func (s *BreakerStore) Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (breaker.Tally, error) {
-	return s.s.Report(ctx, name, window, env, successes, failures, expires)
+// Report implements breaker.Store: r's counts go into slot r.Bucket mod
+// breaker.FleetSlots (added to the bucket it holds, replacing an older
+// one, dropped if it holds a newer one) unless the stored epoch is not
+// r.Epoch, and a non-zero r.WatchUntil is stored. The answer carries no
+// override. r.Bucket must be at least 1 and the counts not negative.
+func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report) (breaker.Snapshot, error) {
+	return s.s.Report(ctx, name, r)
 }
 
 // Transition implements breaker.Store: it compares prevEpoch with the

@@ -37,7 +37,7 @@ func TestStoreStatsCountCalls(t *testing.T) {
 	if _, err := cs.Load(ctx, "p"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.Report(ctx, "p", t0, "env", 1, 0, t0.Add(time.Minute)); err != nil {
+	if _, err := cs.Report(ctx, "p", breaker.Report{Bucket: t0.Unix(), Requests: 1, Successes: 1, Samples: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cs.Transition(ctx, "p", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1}); err != nil {

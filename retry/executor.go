@@ -10,6 +10,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	attemptctx "github.com/herdguard/herdguard/internal/attempt"
 )
 
 // Config configures an Executor. The zero value of every field means its
@@ -457,7 +458,9 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		}
 		if e.breaker != nil {
 			var oerr error
-			if permit, oerr = e.breaker.Allow(ctx, now); oerr != nil {
+			// The retry's context is marked: the breaker does not sample
+			// retries for the fleet's counts (internal/attempt).
+			if permit, oerr = e.breaker.Allow(attemptctx.Retry(ctx), now); oerr != nil {
 				return e.rejected(ctx, attempt, err, oerr)
 			}
 		}

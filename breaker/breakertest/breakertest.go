@@ -33,6 +33,11 @@ func Run(t *testing.T, newStore func(t *testing.T) breaker.Store) {
 	t.Run("TransitionLeavesOverrideAlone", s.transitionLeavesOverrideAlone)
 	t.Run("OverrideRoundTrip", s.overrideRoundTrip)
 	t.Run("ReportAccumulates", s.reportAccumulates)
+	t.Run("ReportSlotsRoll", s.reportSlotsRoll)
+	t.Run("ReportOtherEpochConflicts", s.reportOtherEpochConflicts)
+	t.Run("TransitionEmptiesBuckets", s.transitionEmptiesBuckets)
+	t.Run("ReportRejectsBadInput", s.reportRejectsBadInput)
+	t.Run("ReportAnswersNoOverride", s.reportAnswersNoOverride)
 	t.Run("ConcurrentReports", s.concurrentReports)
 	t.Run("ProbeLimit", s.probeLimit)
 	t.Run("ProbeOtherEpochFreesSlot", s.probeOtherEpochFreesSlot)
@@ -103,12 +108,20 @@ func canceledCtx(t *testing.T) context.Context {
 // Equal (so location and monotonic readings do not matter).
 func equal(a, b breaker.Snapshot) bool {
 	return a.State == b.State && a.Epoch == b.Epoch && a.OpenUntil.Equal(b.OpenUntil) &&
-		a.Reopens == b.Reopens && a.Override == b.Override && a.OverrideUntil.Equal(b.OverrideUntil)
+		a.Reopens == b.Reopens && a.Override == b.Override && a.OverrideUntil.Equal(b.OverrideUntil) &&
+		a.WatchUntil.Equal(b.WatchUntil) && a.Buckets == b.Buckets
 }
 
 func format(s breaker.Snapshot) string {
-	return fmt.Sprintf("{State:%v Epoch:%d OpenUntil:%s Reopens:%d Override:%v OverrideUntil:%s}",
-		s.State, s.Epoch, formatTime(s.OpenUntil), s.Reopens, s.Override, formatTime(s.OverrideUntil))
+	var buckets []string
+	for i, b := range s.Buckets {
+		if b != (breaker.Bucket{}) {
+			buckets = append(buckets, fmt.Sprintf("%d:%+v", i, b))
+		}
+	}
+	return fmt.Sprintf("{State:%v Epoch:%d OpenUntil:%s Reopens:%d Override:%v OverrideUntil:%s WatchUntil:%s Buckets:[%s]}",
+		s.State, s.Epoch, formatTime(s.OpenUntil), s.Reopens, s.Override, formatTime(s.OverrideUntil),
+		formatTime(s.WatchUntil), strings.Join(buckets, " "))
 }
 
 func formatTime(t time.Time) string {
@@ -178,21 +191,35 @@ func setOverride(t *testing.T, st breaker.Store, name string, o breaker.Override
 	}
 }
 
-func report(t *testing.T, st breaker.Store, name string, window time.Time, env string, successes, failures int64) (breaker.Tally, error) {
+func report(t *testing.T, st breaker.Store, name string, r breaker.Report) (breaker.Snapshot, error) {
 	t.Helper()
 	ctx, cancel := callCtx(t)
 	defer cancel()
-	return st.Report(ctx, name, window, env, successes, failures, window.Add(time.Hour))
+	return st.Report(ctx, name, r)
 }
 
-func mustReport(t *testing.T, st breaker.Store, name string, window time.Time, env string, successes, failures int64, want breaker.Tally) {
+// mustReport fails the test unless the report succeeds and answers want.
+func mustReport(t *testing.T, st breaker.Store, name string, r breaker.Report, want breaker.Snapshot) {
 	t.Helper()
-	got, err := report(t, st, name, window, env, successes, failures)
+	got, err := report(t, st, name, r)
 	if err != nil {
-		t.Fatalf("Report(%q, %s, %q, %d, %d): unexpected error: %v", name, formatTime(window), env, successes, failures, err)
+		t.Fatalf("Report(%q, %+v): unexpected error: %v", name, r, err)
 	}
-	if got != want {
-		t.Fatalf("Report(%q, %s, %q, %d, %d) = %+v, want %+v", name, formatTime(window), env, successes, failures, got, want)
+	if !equal(got, want) {
+		t.Fatalf("Report(%q, %+v) = %s, want %s", name, r, format(got), format(want))
+	}
+}
+
+// mustReportConflict fails the test unless the report is refused with
+// ErrConflict and the current state want.
+func mustReportConflict(t *testing.T, st breaker.Store, name string, r breaker.Report, want breaker.Snapshot) {
+	t.Helper()
+	got, err := report(t, st, name, r)
+	if !errors.Is(err, breaker.ErrConflict) {
+		t.Fatalf("Report(%q, %+v) of another epoch: error %v, want one satisfying errors.Is(err, breaker.ErrConflict)", name, r, err)
+	}
+	if !equal(got, want) {
+		t.Fatalf("Report(%q, %+v) refused with %s, want the current %s", name, r, format(got), format(want))
 	}
 }
 
@@ -370,37 +397,139 @@ func (s *suite) overrideRoundTrip(t *testing.T) {
 	mustLoad(t, st, name, breaker.Snapshot{})
 }
 
+// bucket0 is a bucket number of the suite's base time (1 s buckets).
+func bucket0() int64 { return base().Unix() }
+
+// slot returns bucket n in the slot the store keeps it in.
+func slotOf(n int64) int { return int(n % breaker.FleetSlots) }
+
 func (s *suite) reportAccumulates(t *testing.T) {
 	st := s.newStore(t)
 	name := s.name(t)
-	w := base()
-	mustReport(t, st, name, w, "env-a", 2, 1, breaker.Tally{Successes: 2, Failures: 1, Reporters: 1})
-	mustReport(t, st, name, w, "env-a", 0, 3, breaker.Tally{Successes: 2, Failures: 4, Reporters: 1})
-	mustReport(t, st, name, w, "env-b", 1, 0, breaker.Tally{Successes: 3, Failures: 4, Reporters: 2})
-	mustReport(t, st, name, w, "env-b", 0, 0, breaker.Tally{Successes: 3, Failures: 4, Reporters: 2})
-	mustReport(t, st, name, w, "env-c", 0, 0, breaker.Tally{Successes: 3, Failures: 4, Reporters: 3})
+	n := bucket0()
+	watch := base().Add(20 * time.Second)
+	var want breaker.Snapshot
+	want.Buckets[slotOf(n)] = breaker.Bucket{Num: n, Requests: 4, Successes: 2, Failures: 1, Samples: 3}
+	want.WatchUntil = watch
+	mustReport(t, st, name, breaker.Report{Bucket: n, Requests: 4, Successes: 2, Failures: 1, Samples: 3, WatchUntil: watch}, want)
+	want.Buckets[slotOf(n)] = breaker.Bucket{Num: n, Requests: 12, Successes: 2, Failures: 9, Samples: 5}
+	mustReport(t, st, name, breaker.Report{Bucket: n, Requests: 8, Failures: 8, Samples: 2}, want)
+	// Another bucket has a slot of its own; a zero WatchUntil leaves the
+	// stored one alone; a later one replaces it.
+	want.Buckets[slotOf(n+1)] = breaker.Bucket{Num: n + 1, Requests: 1, Successes: 1, Samples: 1}
+	mustReport(t, st, name, breaker.Report{Bucket: n + 1, Requests: 1, Successes: 1, Samples: 1}, want)
+	want.WatchUntil = watch.Add(time.Second)
+	mustReport(t, st, name, breaker.Report{Bucket: n + 1, WatchUntil: watch.Add(time.Second)}, want)
+	// Reports do not touch the state, and Load answers the same.
+	mustLoad(t, st, name, want)
+}
 
-	// Windows are independent.
-	w2 := w.Add(10 * time.Second)
-	mustReport(t, st, name, w2, "env-a", 0, 1, breaker.Tally{Failures: 1, Reporters: 1})
-	mustReport(t, st, name, w, "env-a", 1, 0, breaker.Tally{Successes: 4, Failures: 4, Reporters: 3})
+func (s *suite) reportSlotsRoll(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	n := bucket0()
+	var want breaker.Snapshot
+	want.Buckets[slotOf(n)] = breaker.Bucket{Num: n, Requests: 3, Failures: 3, Samples: 3}
+	mustReport(t, st, name, breaker.Report{Bucket: n, Requests: 3, Failures: 3, Samples: 3}, want)
+	// A bucket FleetSlots later takes the same slot and replaces it.
+	later := n + breaker.FleetSlots
+	want.Buckets[slotOf(n)] = breaker.Bucket{Num: later, Requests: 2, Successes: 2, Samples: 2}
+	mustReport(t, st, name, breaker.Report{Bucket: later, Requests: 2, Successes: 2, Samples: 2}, want)
+	// A late report for the bucket it replaced is dropped, but its watch
+	// still counts.
+	want.WatchUntil = base().Add(time.Minute)
+	mustReport(t, st, name, breaker.Report{Bucket: n, Requests: 5, Failures: 5, Samples: 5, WatchUntil: base().Add(time.Minute)}, want)
+	mustLoad(t, st, name, want)
+}
 
-	// Reports do not touch the state.
+func (s *suite) reportOtherEpochConflicts(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	n := bucket0()
+	open := breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: base().Add(30 * time.Second)}
+	mustTransition(t, st, name, 0, open, open)
+	// A report decided in epoch 0 arrives after the transition: refused,
+	// with the state as it stands, and nothing applied.
+	mustReportConflict(t, st, name, breaker.Report{Epoch: 0, Bucket: n, Requests: 2, Failures: 2, Samples: 2, WatchUntil: base().Add(time.Minute)}, open)
+	mustLoad(t, st, name, open)
+	// One of the current epoch is applied.
+	want := open
+	want.Buckets[slotOf(n)] = breaker.Bucket{Num: n, Requests: 1, Successes: 1, Samples: 1}
+	mustReport(t, st, name, breaker.Report{Epoch: 1, Bucket: n, Requests: 1, Successes: 1, Samples: 1}, want)
+}
+
+func (s *suite) transitionEmptiesBuckets(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	n := bucket0()
+	watch := base().Add(20 * time.Second)
+	var want breaker.Snapshot
+	want.WatchUntil = watch
+	for i := range int64(breaker.FleetSlots) {
+		want.Buckets[slotOf(n+i)] = breaker.Bucket{Num: n + i, Requests: 1, Failures: 1, Samples: 1}
+		mustReport(t, st, name, breaker.Report{Bucket: n + i, Requests: 1, Failures: 1, Samples: 1, WatchUntil: watch}, want)
+	}
+	open := breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: base().Add(30 * time.Second)}
+	want = open
+	want.WatchUntil = watch // the watch survives the transition; the counts do not
+	mustTransition(t, st, name, 0, open, want)
+	mustLoad(t, st, name, want)
+}
+
+func (s *suite) reportRejectsBadInput(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	n := bucket0()
+	for _, r := range []breaker.Report{
+		{Bucket: 0, Requests: 1},
+		{Bucket: -n, Requests: 1},
+		{Bucket: n, Requests: -1},
+		{Bucket: n, Successes: -1},
+		{Bucket: n, Failures: -1},
+		{Bucket: n, Samples: -1},
+	} {
+		if _, err := report(t, st, name, r); !errors.Is(err, breaker.ErrStore) {
+			t.Errorf("Report(%+v): error %v, want one satisfying errors.Is(err, breaker.ErrStore)", r, err)
+		}
+	}
 	mustLoad(t, st, name, breaker.Snapshot{})
+}
+
+// reportAnswersNoOverride checks that Report's answer, success or
+// conflict, carries no override (reading it would cost a read per
+// report), and that the override stays stored.
+func (s *suite) reportAnswersNoOverride(t *testing.T) {
+	st := s.newStore(t)
+	name := s.name(t)
+	n := bucket0()
+	until := base().Add(time.Hour)
+	setOverride(t, st, name, breaker.ForcedClosed, until)
+	var want breaker.Snapshot
+	want.Buckets[slotOf(n)] = breaker.Bucket{Num: n, Requests: 2, Failures: 2, Samples: 2}
+	mustReport(t, st, name, breaker.Report{Bucket: n, Requests: 2, Failures: 2, Samples: 2}, want)
+	withOverride := want
+	withOverride.Override, withOverride.OverrideUntil = breaker.ForcedClosed, until
+	mustLoad(t, st, name, withOverride)
+
+	open := breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: base().Add(30 * time.Second)}
+	wantOpen := open
+	wantOpen.Override, wantOpen.OverrideUntil = breaker.ForcedClosed, until
+	mustTransition(t, st, name, 0, open, wantOpen)
+	// A refusal answers the state as it stands, without the override.
+	mustReportConflict(t, st, name, breaker.Report{Epoch: 0, Bucket: n, Requests: 1, Successes: 1, Samples: 1}, open)
 }
 
 func (s *suite) concurrentReports(t *testing.T) {
 	const envs, perEnv = 5, 4
 	st := s.newStore(t)
 	name := s.name(t)
-	w := base()
+	n := bucket0()
 	errs := make(chan error, envs*perEnv)
 	var wg sync.WaitGroup
-	for e := range envs {
-		env := fmt.Sprintf("env-%d", e)
+	for range envs {
 		wg.Go(func() {
 			for range perEnv {
-				if _, err := report(t, st, name, w, env, 1, 2); err != nil {
+				if _, err := report(t, st, name, breaker.Report{Bucket: n, Requests: 3, Successes: 1, Failures: 2, Samples: 3}); err != nil {
 					errs <- err
 				}
 			}
@@ -411,7 +540,10 @@ func (s *suite) concurrentReports(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("concurrent Report failed: %v", err)
 	}
-	mustReport(t, st, name, w, "env-0", 0, 0, breaker.Tally{Successes: envs * perEnv, Failures: 2 * envs * perEnv, Reporters: envs})
+	var want breaker.Snapshot
+	const total = envs * perEnv
+	want.Buckets[slotOf(n)] = breaker.Bucket{Num: n, Requests: 3 * total, Successes: total, Failures: 2 * total, Samples: 3 * total}
+	mustLoad(t, st, name, want)
 }
 
 func (s *suite) probeLimit(t *testing.T) {
@@ -510,11 +642,15 @@ func (s *suite) namesAreIndependent(t *testing.T) {
 	open := breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: t0.Add(time.Minute), Reopens: 1}
 	mustTransition(t, st, a, 0, open, open)
 	setOverride(t, st, a, breaker.ForcedOpen, time.Time{})
-	mustReport(t, st, a, t0, "env-a", 0, 5, breaker.Tally{Failures: 5, Reporters: 1})
+	if _, err := report(t, st, a, breaker.Report{Epoch: 1, Bucket: bucket0(), Requests: 5, Failures: 5, Samples: 5}); err != nil {
+		t.Fatalf("Report: %v", err)
+	}
 	mustAcquire(t, st, a, 1, 1, t0, t0.Add(time.Minute))
 
 	mustLoad(t, st, b, breaker.Snapshot{})
-	mustReport(t, st, b, t0, "env-a", 1, 0, breaker.Tally{Successes: 1, Reporters: 1})
+	var wantB breaker.Snapshot
+	wantB.Buckets[slotOf(bucket0())] = breaker.Bucket{Num: bucket0(), Requests: 1, Successes: 1, Samples: 1}
+	mustReport(t, st, b, breaker.Report{Bucket: bucket0(), Requests: 1, Successes: 1, Samples: 1}, wantB)
 	mustAcquire(t, st, b, 1, 1, t0, t0.Add(time.Minute))
 	mustTransition(t, st, b, 0, open, open)
 }
@@ -529,7 +665,7 @@ func (s *suite) canceledContext(t *testing.T) {
 			return err
 		},
 		"Report": func(ctx context.Context) error {
-			_, err := st.Report(ctx, name, t0, "env-a", 1, 1, t0.Add(time.Hour))
+			_, err := st.Report(ctx, name, breaker.Report{Bucket: bucket0(), Requests: 1, Successes: 1, Samples: 1})
 			return err
 		},
 		"Transition": func(ctx context.Context) error {
@@ -558,7 +694,7 @@ func (s *suite) invalidNameRejected(t *testing.T) {
 	for _, name := range []string{"", "has#hash", "has space", strings.Repeat("n", budget.MaxNameLen+1)} {
 		ctx, cancel := callCtx(t)
 		_, errLoad := st.Load(ctx, name)
-		_, errReport := st.Report(ctx, name, t0, "env-a", 1, 1, t0.Add(time.Hour))
+		_, errReport := st.Report(ctx, name, breaker.Report{Bucket: bucket0(), Requests: 1, Successes: 1, Samples: 1})
 		_, errTransition := st.Transition(ctx, name, 0, breaker.Snapshot{State: breaker.Open, Epoch: 1})
 		_, errProbe := st.AcquireProbe(ctx, name, 1, 1, t0, t0.Add(time.Minute))
 		errOverride := st.SetOverride(ctx, name, breaker.ForcedOpen, time.Time{})

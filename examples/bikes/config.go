@@ -33,7 +33,6 @@ const (
 	envShards           = "BUDGET_SHARDS"
 	envFailureRatio     = "BREAKER_FAILURE_RATIO"
 	envMinRequests      = "BREAKER_MIN_REQUESTS"
-	envMinReporters     = "BREAKER_MIN_REPORTERS"
 	envBreakerWindow    = "BREAKER_WINDOW"
 	envOpenDuration     = "BREAKER_OPEN_DURATION"
 	envCacheTTL         = "BREAKER_CACHE_TTL"
@@ -62,7 +61,6 @@ const (
 	DefaultShards        = 1
 	DefaultFailureRatio  = 0.5
 	DefaultMinRequests   = 20
-	DefaultMinReporters  = 2
 	DefaultBreakerWindow = 10 * time.Second
 	DefaultOpenDuration  = 30 * time.Second
 	DefaultCacheTTL      = time.Second
@@ -97,7 +95,6 @@ type Config struct {
 
 	FailureRatio  float64
 	MinRequests   int64
-	MinReporters  int
 	BreakerWindow time.Duration
 	OpenDuration  time.Duration
 	CacheTTL      time.Duration
@@ -138,7 +135,6 @@ func loadConfig(lookup func(string) (string, bool)) (Config, error) {
 		Shards:         r.integer(envShards, DefaultShards, 1, budget.MaxGlobalShards),
 		FailureRatio:   r.ratio(envFailureRatio, DefaultFailureRatio),
 		MinRequests:    int64(r.integer(envMinRequests, DefaultMinRequests, 1, 1_000_000)),
-		MinReporters:   r.integer(envMinReporters, DefaultMinReporters, 1, 1000),
 		BreakerWindow:  r.duration(envBreakerWindow, DefaultBreakerWindow, 100*time.Millisecond, time.Hour),
 		OpenDuration:   r.duration(envOpenDuration, DefaultOpenDuration, 100*time.Millisecond, time.Hour),
 		CacheTTL:       r.duration(envCacheTTL, DefaultCacheTTL, time.Millisecond, time.Minute),

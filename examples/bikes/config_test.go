@@ -29,7 +29,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		Name: defaultName, FunctionName: defaultFunctionName, LogLevel: "info",
 		MaxAttempts: DefaultMaxAttempts, AttemptTimeout: DefaultAttemptTimeout, BaseDelay: DefaultBaseDelay, MaxDelay: DefaultMaxDelay,
 		Ratio: DefaultRatio, Window: DefaultWindow, Floor: DefaultFloor, LocalFloor: DefaultLocalFloor, Shards: DefaultShards,
-		FailureRatio: DefaultFailureRatio, MinRequests: DefaultMinRequests, MinReporters: DefaultMinReporters,
+		FailureRatio: DefaultFailureRatio, MinRequests: DefaultMinRequests,
 		BreakerWindow: DefaultBreakerWindow, OpenDuration: DefaultOpenDuration, CacheTTL: DefaultCacheTTL,
 		StoreTimeout: DefaultStoreTimeout, FlushTimeout: DefaultFlushTimeout,
 	}
@@ -47,13 +47,13 @@ func TestLoadConfigOverrides(t *testing.T) {
 	c, err := loadConfig(lookupFrom(map[string]string{
 		envTableName: "t-1", envPartnerURL: "http://127.0.0.1:9/", envDynamoEndpoint: "http://127.0.0.1:8000",
 		envName: "p:1", envRatio: "0.25", envWindow: "2s", envFloor: "0", envLocalFloor: "2", envShards: "4",
-		envCacheTTL: "250ms", envOpenDuration: " 5s ", envMinReporters: "1", envLogLevel: "DEBUG",
+		envCacheTTL: "250ms", envOpenDuration: " 5s ", envLogLevel: "DEBUG",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Ratio != 0.25 || c.Window != 2*time.Second || c.Floor != 0 || c.LocalFloor != 2 || c.Shards != 4 ||
-		c.CacheTTL != 250*time.Millisecond || c.OpenDuration != 5*time.Second || c.MinReporters != 1 ||
+		c.CacheTTL != 250*time.Millisecond || c.OpenDuration != 5*time.Second ||
 		c.LogLevel != "debug" || c.Name != "p:1" || c.DynamoEndpoint != "http://127.0.0.1:8000" {
 		t.Errorf("overrides not applied: %+v", c)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -147,7 +148,6 @@ func testConfig(t *testing.T, base string) Config {
 		Shards:         1,
 		FailureRatio:   0.5,
 		MinRequests:    1000,
-		MinReporters:   1,
 		BreakerWindow:  10 * time.Second,
 		OpenDuration:   30 * time.Second,
 		CacheTTL:       time.Second,
@@ -169,7 +169,7 @@ func newFixture(t *testing.T, cfg Config, clock *fakeClock) *fixture {
 	d := deps{
 		budgetStore:  f.budgets,
 		breakerStore: f.breakers,
-		rand:         func() float64 { return 0.5 },
+		rand:         lockedRand(1),
 		metrics:      f.emf,
 		logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
@@ -783,5 +783,18 @@ func TestLogLinesCarryTheRequestID(t *testing.T) {
 	endB()
 	if id := in.only(); id != "" {
 		t.Errorf("only() = %q with none in progress", id)
+	}
+}
+
+// lockedRand returns a seeded source of uniform numbers in [0, 1), safe for
+// concurrent use. (A constant would fix the jitter, but the breaker also
+// draws its fleet samples from it: a constant samples all calls or none.)
+func lockedRand(seed uint64) func() float64 {
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(seed, 7))
+	return func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Float64()
 	}
 }

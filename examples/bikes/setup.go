@@ -122,16 +122,14 @@ func newFunction(cfg Config, d deps) (*function, error) {
 		Store:        d.breakerStore,
 		CacheTTL:     cfg.CacheTTL,
 		StoreTimeout: cfg.StoreTimeout,
-		MinReporters: cfg.MinReporters,
-		OnStateChange: func(name string, from, to breaker.State, before breaker.Counts) {
-			// Whether this environment wrote the change or followed the
-			// fleet's comes from the breaker's state-change event, which
-			// does not say so yet: every change counts as followed
-			// (BreakerOpened...), none as written (BreakerOpenedWritten...).
-			metrics.Transition(from, to, false)
+		OnStateChange: func(c breaker.StateChange) {
+			// One event per fleet transition is "written" (the environment
+			// that made it); the others followed it.
+			metrics.Transition(c.From, c.To, c.Origin == breaker.OriginWrote)
 			logger.LogAttrs(context.Background(), slog.LevelWarn, msgBreakerStateChanged,
-				slog.String("breaker", name), slog.String("from", from.String()), slog.String("to", to.String()),
-				slog.Int64("successes", before.Successes), slog.Int64("failures", before.Failures))
+				slog.String("breaker", c.Name), slog.String("from", c.From.String()), slog.String("to", c.To.String()),
+				slog.String("origin", c.Origin.String()),
+				slog.Int64("successes", c.Counts.Successes), slog.Int64("failures", c.Counts.Failures))
 		},
 		OnStoreError: func(op string, err error) {
 			metrics.BreakerStoreError(op, err)

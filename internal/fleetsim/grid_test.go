@@ -84,7 +84,6 @@ func TestItemKind(t *testing.T) {
 		"b#partner#0#1767225600000": "budget",
 		"c#partner":                 "state",
 		"c#partner#override":        "override",
-		"c#partner#w#1767225600000": "window",
 		"c#partner#p#3":             "probe",
 		"":                          "",
 	} {

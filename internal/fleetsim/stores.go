@@ -94,10 +94,10 @@ func (s *breakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	return snap, err
 }
 
-func (s *breakerStore) Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (breaker.Tally, error) {
-	t, err := s.inner.Report(ctx, name, window, env, successes, failures, expires)
+func (s *breakerStore) Report(ctx context.Context, name string, r breaker.Report) (breaker.Snapshot, error) {
+	snap, err := s.inner.Report(ctx, name, r)
 	s.rec.storeCall(breakerWrite)
-	return t, err
+	return snap, err
 }
 
 func (s *breakerStore) Transition(ctx context.Context, name string, prevEpoch uint64, next breaker.Snapshot) (breaker.Snapshot, error) {

@@ -111,22 +111,19 @@ func (s EnvSpec) ObserveGlobal(b budget.Budget) budget.Budget {
 	return ob
 }
 
-// ObserveBreaker sets the environment's Env and Rand in st (when unset)
-// and chains the simulator's hooks into it (before st's own): the
+// ObserveBreaker sets the environment's Rand in st (when unset) and
+// chains the simulator's hooks into it (before st's own): the
 // environment's state changes and store faults.
 func (s EnvSpec) ObserveBreaker(st *breaker.Settings) {
 	rec, e := s.rec, s.env
-	if st.Env == "" {
-		st.Env = s.Name
-	}
 	if st.Rand == nil {
 		st.Rand = s.Rand
 	}
 	onChange, onStoreError := st.OnStateChange, st.OnStoreError
-	st.OnStateChange = func(name string, from, to breaker.State, before breaker.Counts) {
-		rec.stateChange(e, to)
+	st.OnStateChange = func(c breaker.StateChange) {
+		rec.stateChange(e, c.To)
 		if onChange != nil {
-			onChange(name, from, to, before)
+			onChange(c)
 		}
 	}
 	st.OnStoreError = func(op string, err error) {

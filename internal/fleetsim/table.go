@@ -126,8 +126,8 @@ func hotItems(g Group) string {
 }
 
 // ItemKind names the kind of a store item from its key
-// (internal/layout): "budget", "state", "override", "window" (a breaker
-// fleet window) or "probe"; "" for an empty key.
+// (internal/layout): "budget", "state", "override" or "probe"; "" for an
+// empty key.
 func ItemKind(key string) string {
 	switch {
 	case key == "":
@@ -136,8 +136,6 @@ func ItemKind(key string) string {
 		return "budget"
 	case strings.HasSuffix(key, layout.OverrideSuffix):
 		return "override"
-	case strings.Contains(key, layout.WindowInfix):
-		return "window"
 	case strings.Contains(key, layout.ProbeInfix):
 		return "probe"
 	}

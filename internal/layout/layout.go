@@ -9,6 +9,8 @@ package layout
 import (
 	"strconv"
 	"time"
+
+	"github.com/herdguard/herdguard/breaker"
 )
 
 // Attribute names. Every item has AttrPK; the others are per item kind.
@@ -24,19 +26,45 @@ const (
 	AttrEpoch     = "epoch"      // N: transition counter (also on probe slots)
 	AttrOpenUntil = "open_until" // N: Unix ms; absent when zero
 	AttrReopens   = "reopens"    // N: consecutive openings
+	// AttrWatchUntil is when the fleet stops counting (Unix ms; absent
+	// when it never counted). The fleet's buckets are in the state item
+	// too, in the attributes of Slots.
+	AttrWatchUntil = "watch_until"
 
 	// breaker override
 	AttrOverride = "override" // S: "none", "force-open", "force-closed" or "disabled"
 	AttrUntil    = "until"    // N: Unix ms; absent when the override does not lapse
 
-	// breaker fleet window
-	AttrSuccesses = "successes" // N
-	AttrFailures  = "failures"  // N
-	AttrEnvs      = "envs"      // SS: environments that reported into the window
-
 	// half-open probe slot
 	AttrLeaseUntil = "lease_until" // N: Unix ms
 )
+
+// SlotNames are the attribute names of one slot of fleet counts in the
+// breaker state item: slot i holds bucket b<i> (N, the bucket number; the
+// slot is empty without it) and its counts r<i>, s<i>, f<i>, n<i> (N:
+// requests, successes, failures, samples; see breaker.Bucket).
+type SlotNames struct {
+	Bucket, Requests, Successes, Failures, Samples string
+}
+
+// Slots are the names of every slot, slot i at index i.
+var Slots = func() (a [breaker.FleetSlots]SlotNames) {
+	for i := range a {
+		n := strconv.Itoa(i)
+		a[i] = SlotNames{Bucket: "b" + n, Requests: "r" + n, Successes: "s" + n, Failures: "f" + n, Samples: "n" + n}
+	}
+	return a
+}()
+
+// All returns the slot's attribute names, the bucket number's first.
+func (n SlotNames) All() [5]string {
+	return [5]string{n.Bucket, n.Requests, n.Successes, n.Failures, n.Samples}
+}
+
+// Counts returns the names of the slot's four counts.
+func (n SlotNames) Counts() [4]string {
+	return [4]string{n.Requests, n.Successes, n.Failures, n.Samples}
+}
 
 // Key layout. Names pass budget.ValidateName, so they never contain the
 // separator '#', and the prefixes "b#" and "c#" keep budgets and breakers
@@ -46,7 +74,6 @@ const (
 	BudgetPrefix   = "b" + Sep
 	BreakerPrefix  = "c" + Sep
 	OverrideSuffix = Sep + "override"
-	WindowInfix    = Sep + "w" + Sep
 	ProbeInfix     = Sep + "p" + Sep
 )
 
@@ -69,12 +96,6 @@ func StateKey(name string) string { return BreakerPrefix + name }
 
 // OverrideKey returns "c#<name>#override", the operator override item's key.
 func OverrideKey(name string) string { return BreakerPrefix + name + OverrideSuffix }
-
-// WindowKey returns "c#<name>#w#<windowStartUnixMilli>", a breaker fleet
-// window item's key.
-func WindowKey(name string, windowMilli int64) string {
-	return BreakerPrefix + name + WindowInfix + strconv.FormatInt(windowMilli, 10)
-}
 
 // ProbeKey returns "c#<name>#p#<slot>", a half-open probe slot item's key.
 func ProbeKey(name string, slot int) string {

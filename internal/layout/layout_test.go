@@ -7,7 +7,6 @@ func TestKeys(t *testing.T) {
 		{BudgetKey("payments", 2, 1_700_000_000_000), "b#payments#2#1700000000000"},
 		{StateKey("payments"), "c#payments"},
 		{OverrideKey("payments"), "c#payments#override"},
-		{WindowKey("payments", 1_700_000_000_000), "c#payments#w#1700000000000"},
 		{ProbeKey("payments", 2), "c#payments#p#2"},
 		{OverrideKeyPattern, "c#*#override"},
 	} {
@@ -21,6 +20,26 @@ func TestTTLSecondsRoundsUp(t *testing.T) {
 	for _, c := range []struct{ ms, want int64 }{{0, 0}, {1, 1}, {999, 1}, {1000, 1}, {1001, 2}, {1_700_000_020_001, 1_700_000_021}} {
 		if got := TTLSeconds(c.ms); got != c.want {
 			t.Errorf("TTLSeconds(%d) = %d, want %d", c.ms, got, c.want)
+		}
+	}
+}
+
+func TestSlots(t *testing.T) {
+	if got := Slots[3]; got != (SlotNames{Bucket: "b3", Requests: "r3", Successes: "s3", Failures: "f3", Samples: "n3"}) {
+		t.Errorf("Slots[3] = %+v", got)
+	}
+	// The slots' attribute names are distinct, and distinct from the
+	// state item's other attributes.
+	seen := map[string]bool{}
+	for _, a := range []string{AttrPK, AttrExpires, AttrState, AttrEpoch, AttrOpenUntil, AttrReopens, AttrWatchUntil} {
+		seen[a] = true
+	}
+	for _, n := range Slots {
+		for _, a := range n.All() {
+			if seen[a] {
+				t.Errorf("attribute name %q used twice in the state item", a)
+			}
+			seen[a] = true
 		}
 	}
 }

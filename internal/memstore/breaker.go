@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/slothint"
 )
 
 // BreakerStore is an in-memory breaker.Store: the shared state of every
@@ -19,40 +21,42 @@ import (
 // Load returns the override and its lapse time as stored, even after the
 // time has passed: the store has no clock for that (Load takes no time),
 // so the Breaker compares Snapshot.OverrideUntil with its own now.
+// Report's answer carries no override, as the contract says.
 //
 // Reads and Writes count calls (Load is a read, every other operation a
-// write). The zero value is not usable; call NewBreakerStore.
+// write). With a Meter, Report is billed as the one or two conditional
+// writes the dynamo store would make, guessing its first form as dynamo
+// does; a fleet whose environments each have a dynamo store of their own
+// is billed right only if each has its own Client here. The zero value is
+// not usable; call NewBreakerStore.
 type BreakerStore struct {
 	counters
 	opts Options // immutable
+	// hints is what the dynamo store would have seen of each breaker's
+	// slots, for billing Reports; Client gives each environment its own.
+	hints *slothint.Hints
 
-	// mu guards breakers and sweep. Invariants: an entry's epoch only
-	// grows, by one per Transition; an entry is never removed; a fleet
-	// window's envs holds each reporter once, and envBytes is the sum of
-	// their lengths.
-	mu       sync.Mutex
+	// mu guards breakers, shared by every Client. Invariants: an
+	// entry's epoch only grows, by one per Transition; an entry is never
+	// removed; a slot's bucket only grows within an epoch, and every
+	// slot is empty right after a Transition.
+	mu       *sync.Mutex
 	breakers map[string]*breakerEntry
-	sweep    sweeper
 }
 
 type breakerEntry struct {
+	stateSet      bool // the state item exists (written by a Report or a Transition)
 	state         breaker.State
 	epoch         uint64
 	openUntil     time.Time
 	reopens       int
+	reopensSet    bool // the item has a reopens attribute (a Transition wrote it)
+	watchUntil    time.Time
+	buckets       [breaker.FleetSlots]breaker.Bucket
 	override      breaker.Override
 	overrideUntil time.Time
-	overrideSet   bool                   // the override item exists
-	windows       map[int64]*fleetWindow // by window start, Unix milliseconds
-	probes        []probeSlot            // slot i at index i; grows on demand
-}
-
-type fleetWindow struct {
-	successes int64
-	failures  int64
-	envs      map[string]struct{}
-	envBytes  int
-	expires   time.Time
+	overrideSet   bool        // the override item exists
+	probes        []probeSlot // slot i at index i; grows on demand
 }
 
 type probeSlot struct {
@@ -63,10 +67,27 @@ type probeSlot struct {
 
 var _ breaker.Store = (*BreakerStore)(nil)
 
+// Bounds on a Report, those of the dynamo store (dynamo.MaxAmount and the
+// bounds its decoder puts on a slot), so that both refuse the same input.
+const (
+	maxAmount = 1 << 53         // a count one Report may add
+	maxBucket = 253402300799999 // the Unix millisecond of 9999-12-31T23:59:59.999Z
+	maxCount  = math.MaxInt64   // a bucket's count
+)
+
 // NewBreakerStore returns an empty in-memory breaker.Store with the hooks
 // of o.
 func NewBreakerStore(o Options) *BreakerStore {
-	return &BreakerStore{opts: o, breakers: make(map[string]*breakerEntry)}
+	return &BreakerStore{opts: o, hints: new(slothint.Hints), mu: new(sync.Mutex), breakers: make(map[string]*breakerEntry)}
+}
+
+// Client returns a breaker.Store on the same breakers as s, as another
+// environment's dynamo store on the same table would be: its own guesses
+// of what Report's slot holds (which decide how many writes a Report is
+// billed) and its own Reads and Writes counts; the hooks of s. Give each
+// environment of a simulated fleet its own Client.
+func (s *BreakerStore) Client() *BreakerStore {
+	return &BreakerStore{opts: s.opts, hints: new(slothint.Hints), mu: s.mu, breakers: s.breakers}
 }
 
 // storeError wraps err so that errors.Is(err, breaker.ErrStore) holds.
@@ -115,7 +136,16 @@ func (e *breakerEntry) snapshot() breaker.Snapshot {
 		Reopens:       e.reopens,
 		Override:      e.override,
 		OverrideUntil: e.overrideUntil,
+		WatchUntil:    e.watchUntil,
+		Buckets:       e.buckets,
 	}
+}
+
+// stateSnapshot is the state item as a Report answers it: no override.
+func (e *breakerEntry) stateSnapshot() breaker.Snapshot {
+	snap := e.snapshot()
+	snap.Override, snap.OverrideUntil = breaker.NoOverride, time.Time{}
+	return snap
 }
 
 // Load implements breaker.Store. A name never written reads as the zero
@@ -139,66 +169,110 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 			return breaker.Snapshot{}, storeError(OpLoad, name, err)
 		}
 	}
-	return e.snapshot(), nil
+	snap := e.snapshot()
+	s.hints.For(name).Learn(&snap.Buckets)
+	return snap, nil
 }
 
-// Report implements breaker.Store. env must not be empty and the counts
-// must not be negative. With a Meter, a Report that would make the window
-// item larger than capacity.MaxItemBytes fails (DynamoDB's
-// ValidationException), as does a throttled one; neither is applied.
-func (s *BreakerStore) Report(ctx context.Context, name string, window time.Time, env string, successes, failures int64, expires time.Time) (breaker.Tally, error) {
+// Report implements breaker.Store. r.Bucket must be in [1, maxBucket]
+// and the counts in [0, maxAmount], as the dynamo store requires; a sum
+// past maxCount is refused, as the dynamo store would find the item
+// malformed.
+//
+// With a Meter it is billed as the dynamo store's conditional writes of
+// the state item: the form guessed first from this Client's last answers
+// (see internal/slothint), refused (and billed on the item as it stands)
+// when the slot holds another bucket, then the right one; a late report
+// without a watch stops at the refusal. A throttled write fails the
+// Report with nothing applied.
+func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report) (breaker.Snapshot, error) {
 	s.writes.Add(1)
 	switch {
-	case env == "":
-		return breaker.Tally{}, invalid(OpReport, name, "env is empty")
-	case successes < 0:
-		return breaker.Tally{}, invalid(OpReport, name, "successes is %d; it must not be negative", successes)
-	case failures < 0:
-		return breaker.Tally{}, invalid(OpReport, name, "failures is %d; it must not be negative", failures)
+	case r.Bucket < 1 || r.Bucket > maxBucket:
+		return breaker.Snapshot{}, invalid(OpReport, name, "bucket is %d; it must be in [1, %d]", r.Bucket, int64(maxBucket))
+	case min(r.Requests, r.Successes, r.Failures, r.Samples) < 0 || max(r.Requests, r.Successes, r.Failures, r.Samples) > maxAmount:
+		return breaker.Snapshot{}, invalid(OpReport, name, "counts %d requests, %d successes, %d failures, %d samples must be in [0, %d]",
+			r.Requests, r.Successes, r.Failures, r.Samples, int64(maxAmount))
 	}
 	if err := s.begin(ctx, OpReport, name); err != nil {
-		return breaker.Tally{}, err
+		return breaker.Snapshot{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.opts.now()
-	s.sweepLocked(now)
-	e := s.entryLocked(name, true)
-	key := window.UnixMilli()
-	w := e.windows[key]
-	next := fleetWindow{expires: toMilli(expires)}
-	known := false
-	if w != nil {
-		next.successes, next.failures, next.envBytes = w.successes, w.failures, w.envBytes
-		_, known = w.envs[env]
-	}
-	next.successes += successes
-	next.failures += failures
-	if !known {
-		next.envBytes += len(env)
+	e := s.entryLocked(name, false)
+	cur := e.snapshot()
+	h := s.hints.For(name)
+	guess, newBucket := h.Predict(r)
+	right := slothint.FormFor(cur.Buckets[r.Bucket%breaker.FleetSlots].Num, r.Bucket)
+	apply := cur.Epoch == r.Epoch && (right != slothint.Late || !r.WatchUntil.IsZero())
+	next, ok := e.reported(r, right)
+	if apply && !ok {
+		return breaker.Snapshot{}, invalid(OpReport, name, "bucket %d's counts would pass %d", r.Bucket, int64(maxCount))
 	}
 	if s.opts.Meter != nil {
-		pk := layout.WindowKey(name, key)
-		before := 0
-		if w != nil {
-			before = windowItemSize(pk, w.successes, w.failures, w.envBytes, w.expires)
+		// Under the lock the item cannot move between the two writes: the
+		// second, if any, is in the right form.
+		now, pk, before := s.opts.now(), layout.StateKey(name), e.stateSize(name)
+		if guess != right || cur.Epoch != r.Epoch {
+			if err := s.opts.write(pk, now, before, before); err != nil {
+				return breaker.Snapshot{}, storeError(OpReport, name, err)
+			}
 		}
-		after := windowItemSize(pk, next.successes, next.failures, next.envBytes, next.expires)
-		if err := s.opts.write(pk, now, before, after); err != nil {
-			return breaker.Tally{}, storeError(OpReport, name, err)
+		if apply {
+			if err := s.opts.write(pk, now, before, next.stateSize(name)); err != nil {
+				return breaker.Snapshot{}, storeError(OpReport, name, err)
+			}
 		}
 	}
-	if w == nil {
-		if e.windows == nil {
-			e.windows = make(map[int64]*fleetWindow)
-		}
-		w = &fleetWindow{envs: make(map[string]struct{})}
-		e.windows[key] = w
+	if cur.Epoch != r.Epoch {
+		h.Learn(&cur.Buckets)
+		return e.stateSnapshot(), fmt.Errorf("local: breaker store %s %q: %w: stored epoch is %d, not %d", OpReport, name, breaker.ErrConflict, cur.Epoch, r.Epoch)
 	}
-	next.envs = w.envs
-	next.envs[env] = struct{}{}
-	*w = next
-	return breaker.Tally{Successes: w.successes, Failures: w.failures, Reporters: len(w.envs)}, nil
+	if newBucket {
+		h.NoteStart(right)
+	}
+	if apply {
+		if e == nil {
+			e = s.entryLocked(name, true)
+		}
+		*e = *next
+	}
+	snap := e.stateSnapshot()
+	h.Learn(&snap.Buckets)
+	return snap, nil
+}
+
+// reported returns e (nil: no state item yet) after a Report of r in the
+// form f, which must be the right one, in the current epoch: the slot
+// added to or replaced, the watch set, and the state item created if
+// there was none. e is not changed. ok is false if a count would pass
+// maxCount.
+func (e *breakerEntry) reported(r breaker.Report, f slothint.Form) (next *breakerEntry, ok bool) {
+	next = new(breakerEntry)
+	if e != nil {
+		*next = *e
+	}
+	next.stateSet = true
+	b := &next.buckets[r.Bucket%breaker.FleetSlots]
+	switch f {
+	case slothint.Add:
+		ok = true
+		for _, c := range []struct {
+			sum *int64
+			add int64
+		}{{&b.Requests, r.Requests}, {&b.Successes, r.Successes}, {&b.Failures, r.Failures}, {&b.Samples, r.Samples}} {
+			ok = ok && *c.sum <= maxCount-c.add
+			*c.sum += c.add
+		}
+	case slothint.Reset:
+		*b, ok = breaker.Bucket{Num: r.Bucket, Requests: r.Requests, Successes: r.Successes, Failures: r.Failures, Samples: r.Samples}, true
+	default:
+		ok = true
+	}
+	if !r.WatchUntil.IsZero() {
+		next.watchUntil = toMilli(r.WatchUntil)
+	}
+	return next, ok
 }
 
 // Transition implements breaker.Store: it compares prevEpoch with the
@@ -237,7 +311,7 @@ func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch ui
 		before := e.stateSize(name)
 		after := before // a refusal is billed on the item as it stands
 		if cur == prevEpoch {
-			after = stateItemSize(layout.StateKey(name), next.State, next.Epoch, next.Reopens, toMilli(next.OpenUntil))
+			after = e.transitioned(next).stateSize(name)
 		}
 		if err := s.opts.write(layout.StateKey(name), now, before, after); err != nil {
 			return breaker.Snapshot{}, storeError(OpTransition, name, err)
@@ -247,20 +321,34 @@ func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch ui
 	if cur != prevEpoch {
 		conflict = fmt.Errorf("local: breaker store %s %q: %w: stored epoch is %d, not %d", OpTransition, name, breaker.ErrConflict, cur, prevEpoch)
 	} else {
+		t := e.transitioned(next)
 		if e == nil {
 			e = s.entryLocked(name, true)
 		}
-		e.state = next.State
-		e.epoch = next.Epoch
-		e.openUntil = toMilli(next.OpenUntil)
-		e.reopens = next.Reopens
+		*e = *t
 	}
 	if metered {
 		if err := s.opts.read(layout.OverrideKey(name), now, e.overrideSize(name)); err != nil {
 			return breaker.Snapshot{}, storeError(OpTransition, name, err)
 		}
 	}
-	return e.snapshot(), conflict
+	snap := e.snapshot()
+	s.hints.For(name).Learn(&snap.Buckets)
+	return snap, conflict
+}
+
+// transitioned returns e (nil: no state item yet) after a Transition to
+// next: the state written, every slot emptied, the watch and the
+// override kept. e is not changed.
+func (e *breakerEntry) transitioned(next breaker.Snapshot) *breakerEntry {
+	t := new(breakerEntry)
+	if e != nil {
+		*t = *e
+	}
+	t.stateSet, t.reopensSet = true, true
+	t.state, t.epoch, t.openUntil, t.reopens = next.State, next.Epoch, toMilli(next.OpenUntil), next.Reopens
+	t.buckets = [breaker.FleetSlots]breaker.Bucket{}
+	return t
 }
 
 // AcquireProbe implements breaker.Store. It takes the lowest free slot in
@@ -347,10 +435,10 @@ func (s *BreakerStore) SetOverride(ctx context.Context, name string, o breaker.O
 
 // stateSize is the size of e's state item (0: none); e may be nil.
 func (e *breakerEntry) stateSize(name string) int {
-	if e == nil {
+	if e == nil || !e.stateSet {
 		return 0
 	}
-	return stateItemSize(layout.StateKey(name), e.state, e.epoch, e.reopens, e.openUntil)
+	return stateItemSize(layout.StateKey(name), e)
 }
 
 // overrideSize is the size of e's override item (0: none); e may be nil.
@@ -359,19 +447,4 @@ func (e *breakerEntry) overrideSize(name string) int {
 		return 0
 	}
 	return overrideItemSize(layout.OverrideKey(name), e.overrideSet, e.override, e.overrideUntil)
-}
-
-// sweepLocked drops expired fleet windows, at most once per sweepEvery.
-// s.mu must be held.
-func (s *BreakerStore) sweepLocked(now time.Time) {
-	if !s.sweep.due(now) {
-		return
-	}
-	for _, e := range s.breakers {
-		for k, w := range e.windows {
-			if expired(w.expires, now) {
-				delete(e.windows, k)
-			}
-		}
-	}
 }

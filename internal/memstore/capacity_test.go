@@ -3,7 +3,6 @@ package memstore_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -83,57 +82,71 @@ func TestBillingBudgetShard(t *testing.T) {
 	}
 }
 
-func TestBillingBreakerWindowGrowsWithReporters(t *testing.T) {
-	window := t0                    // pk "c#partner#w#1700000000000": 2 + 25 = 27
-	exp := t0.Add(80 * time.Second) // expires 1,700,000,080 s: 7 + 6 = 13
-	for _, c := range []struct {
-		idLen int
-		// after the 200th Report (0 successes, 200 failures):
-		// 27 (pk) + 10 (successes 0: 9 + 1) + 10 (failures 02|00: 8 + 2)
-		// + 4 + 200 × idLen (envs) + 13 (expires)
-		size, units int
-	}{
-		{48, 27 + 10 + 10 + 4 + 200*48 + 13, 10}, // 9,664 bytes: ceil(9,664 / 1,024) = 10
-		{52, 27 + 10 + 10 + 4 + 200*52 + 13, 11}, // 10,464 bytes: issue 10's "10,465 bytes, 11 write units"
-	} {
-		t.Run(fmt.Sprintf("ids of %d bytes", c.idLen), func(t *testing.T) {
-			now := t0
-			m, o := newMetered(capacity.Config{}, &now)
-			s := memstore.NewBreakerStore(o)
-			ctx := context.Background()
-			report := func(i int) (breaker.Tally, error) {
-				id := fmt.Sprintf("env-%0*d", c.idLen-4, i)
-				return s.Report(ctx, "partner", window, id, 0, 1, exp)
-			}
-			for i := range 199 {
-				if _, err := report(i); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var tally breaker.Tally
-			d := meterDelta(m, func() {
-				var err error
-				if tally, err = report(199); err != nil {
-					t.Fatal(err)
-				}
-			})
-			if tally.Reporters != 200 || tally.Failures != 200 {
-				t.Fatalf("tally %+v", tally)
-			}
-			if d.Writes != 1 || d.WriteUnits != float64(c.units) || d.LargestItem != c.size {
-				t.Fatalf("the 200th Report billed %+v; want 1 write of %d units on a %d-byte item", d, c.units, c.size)
-			}
-			// A reporter already in the set adds no bytes; its counts
-			// change the item by a byte at most: same price.
-			d = meterDelta(m, func() {
-				if _, err := report(0); err != nil {
-					t.Fatal(err)
-				}
-			})
-			if d.WriteUnits != float64(c.units) {
-				t.Fatalf("a repeated reporter billed %v units, want %d", d.WriteUnits, c.units)
+// Reports are billed as the dynamo store's conditional writes of the state
+// item: one when the form guessed from the Client's last answers is right,
+// two when the slot held another bucket (the refusal billed on the item as
+// it stands), one refused write for a conflict or a late report without a
+// watch.
+func TestBillingBreakerReport(t *testing.T) {
+	now := t0
+	m, o := newMetered(capacity.Config{}, &now)
+	a := memstore.NewBreakerStore(o)
+	b := a.Client()
+	ctx := context.Background()
+	const n = 1_700_000_004 // slot 4
+	watch := t0.Add(20 * time.Second)
+	report := func(s *memstore.BreakerStore, r breaker.Report, wantWrites int) breaker.Snapshot {
+		t.Helper()
+		var snap breaker.Snapshot
+		d := meterDelta(m, func() {
+			var err error
+			if snap, err = s.Report(ctx, "partner", r); err != nil && !errors.Is(err, breaker.ErrConflict) {
+				t.Fatal(err)
 			}
 		})
+		if d.Writes != int64(wantWrites) || d.WriteUnits != float64(wantWrites) || d.Reads != 0 {
+			t.Fatalf("Report(%+v) billed %+v; want %d writes of one unit, no read", r, d, wantWrites)
+		}
+		return snap
+	}
+
+	// The first report creates the item, closed at epoch 0:
+	// pk "c#partner": 2 + 9 = 11; state "closed": 5 + 6 = 11; epoch 0: 5 + 1 = 6;
+	// watch_until 1,700,000,020,000 ms (1|70|00|00|02): 11 + 6 = 17;
+	// b4 1,700,000,004 (17|00|00|00|04): 2 + 6 = 8; r4 4, s4 1, f4 2, n4 3: 4 × (2 + 2) = 16.
+	const firstBytes = 11 + 11 + 6 + 17 + 8 + 16 // 69
+	d := meterDelta(m, func() {
+		report(a, breaker.Report{Bucket: n, Requests: 4, Successes: 1, Failures: 2, Samples: 3, WatchUntil: watch}, 1)
+	})
+	if d.LargestItem != firstBytes {
+		t.Fatalf("the first Report made a %d-byte item, want %d", d.LargestItem, firstBytes)
+	}
+	// Client a saw the slot hold bucket n: it adds at once. Client b,
+	// which has seen nothing, guesses reset, is refused, adds: two
+	// writes. It learns that others start buckets, so for bucket n+1 it
+	// guesses add, is refused (the slot is empty) and resets: two again;
+	// then adds to n+1 at once.
+	report(a, breaker.Report{Bucket: n, Requests: 1, Successes: 1, Samples: 1}, 1)
+	report(b, breaker.Report{Bucket: n, Requests: 1, Successes: 1, Samples: 1}, 2)
+	report(b, breaker.Report{Bucket: n + 1, Requests: 1, Failures: 1, Samples: 1}, 2)
+	snap := report(b, breaker.Report{Bucket: n + 1, Requests: 1, Failures: 1, Samples: 1}, 1)
+	// Client a last saw slot 5 empty and started its last new bucket:
+	// it guesses reset for n+1, is refused, adds.
+	report(a, breaker.Report{Bucket: n + 1, Requests: 1, Failures: 1, Samples: 1}, 2)
+	if got := snap.Buckets[4]; got != (breaker.Bucket{Num: n, Requests: 6, Successes: 3, Failures: 2, Samples: 5}) {
+		t.Fatalf("slot 4 holds %+v", got)
+	}
+	// A late report: without a watch only the refusal is billed; with one,
+	// known late, the watch alone.
+	report(b, breaker.Report{Bucket: n - 10, Requests: 1, Successes: 1, Samples: 1}, 1)
+	report(b, breaker.Report{Bucket: n - 10, Requests: 1, Successes: 1, Samples: 1, WatchUntil: watch.Add(time.Second)}, 1)
+	// A report of an old epoch: one refused write, nothing applied.
+	if _, err := a.Transition(ctx, "partner", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: t0.Add(30 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	after := report(b, breaker.Report{Bucket: n + 1, Requests: 1, Failures: 1, Samples: 1}, 1)
+	if after.Epoch != 1 || after.Buckets != [breaker.FleetSlots]breaker.Bucket{} || !after.WatchUntil.Equal(watch.Add(time.Second)) {
+		t.Fatalf("after the transition: %+v; want epoch 1, no buckets, the watch kept", after)
 	}
 }
 
@@ -294,75 +307,34 @@ func TestThrottleHotItemAtTheLimits(t *testing.T) {
 			t.Fatalf("stats %+v", st)
 		}
 	})
-	t.Run("breaker window writes by size", func(t *testing.T) {
+	t.Run("breaker state writes", func(t *testing.T) {
 		now := t0
 		m, o := newMetered(capacity.Config{Throttle: true}, &now)
 		s := memstore.NewBreakerStore(o)
-		exp := t0.Add(time.Minute)
-		// A 10-unit window item (200 reporters of 48 bytes, see above) takes
-		// 100 Reports a second. Fill it over two seconds, report the third.
-		for i := range 200 {
-			now = t0.Add(time.Duration(i) * 10 * time.Millisecond)
-			if _, err := s.Report(ctx, "p", t0, fmt.Sprintf("env-%044d", i), 0, 1, exp); err != nil {
-				t.Fatal(err)
-			}
-		}
-		now = t0.Add(2 * time.Second)
+		// One Client adds to one bucket: one one-unit write per Report,
+		// 1,000 a second.
 		var reports int
 		var err error
-		for i := range 101 {
-			if _, err = s.Report(ctx, "p", t0, fmt.Sprintf("env-%044d", i), 0, 1, exp); err != nil {
+		for i := range 1001 {
+			now = t0.Add(time.Duration(i) * 900 * time.Microsecond)
+			if _, err = s.Report(ctx, "hot", breaker.Report{Bucket: 1, Requests: 1, Failures: 1, Samples: 1}); err != nil {
 				break
 			}
 			reports++
 		}
-		if reports != 100 || !errors.Is(err, budget.ErrThrottled) || !errors.Is(err, breaker.ErrStore) {
-			t.Fatalf("%d Reports of a 10-unit item in one second, then %v; want 100, then a throttle", reports, err)
+		if reports != capacity.ItemWriteUnitsPerSecond || !errors.Is(err, budget.ErrThrottled) || !errors.Is(err, breaker.ErrStore) {
+			t.Fatalf("%d Reports in one second, then %v; want %d, then a throttle", reports, err, capacity.ItemWriteUnitsPerSecond)
 		}
-		if tally, err := s.Report(ctx, "q", t0, "env", 0, 1, exp); err != nil || tally.Reporters != 1 {
-			t.Fatalf("another breaker's window in the hot second: %+v, %v", tally, err)
+		if _, err := s.Report(ctx, "cold", breaker.Report{Bucket: 1, Requests: 1, Samples: 1}); err != nil {
+			t.Fatalf("another breaker in the hot second: %v", err)
 		}
-		now = t0.Add(3 * time.Second)
-		tally, err := s.Report(ctx, "p", t0, "env-x", 1, 0, exp)
-		if err != nil || tally.Failures != 300 || tally.Successes != 1 {
-			t.Fatalf("the next second: %+v, %v; want 300 failures (the throttled Report not applied)", tally, err)
+		now = t0.Add(time.Second)
+		snap, err := s.Report(ctx, "hot", breaker.Report{Bucket: 1})
+		if err != nil || snap.Buckets[1].Failures != 1000 {
+			t.Fatalf("the next second: %+v, %v; want 1,000 failures (the throttled Report not applied)", snap.Buckets[1], err)
 		}
-		if st := m.Stats(); st.PeakItemWriteUnits != 1000 {
+		if st := m.Stats(); st.PeakItemWriteUnits != 1000 || st.ThrottledWrites != 1 || st.HottestWriteItem != "c#hot" {
 			t.Fatalf("stats %+v", st)
 		}
 	})
-}
-
-// A Report that would take the window item past 400 KB fails as DynamoDB's
-// ValidationException would, and changes nothing.
-func TestReportPastTheItemSizeLimit(t *testing.T) {
-	now := t0
-	m, o := newMetered(capacity.Config{}, &now)
-	s := memstore.NewBreakerStore(o)
-	ctx := context.Background()
-	exp := t0.Add(80 * time.Second)
-	// 27 (pk) + 10 (successes 0) + 11 (failures 1,000 to 1,599: 15|99, 3
-	// bytes) + 4 (envs) + 13 (expires) = 65 bytes besides 256 per
-	// reporter: 65 + 256 n ≤ 409,600 for n ≤ 1,599.
-	var n int
-	var err error
-	for i := range 2000 {
-		if _, err = s.Report(ctx, "partner", t0, fmt.Sprintf("%0256d", i), 0, 1, exp); err != nil {
-			break
-		}
-		n++
-	}
-	if n != 1599 {
-		t.Fatalf("%d reporters of 256 bytes fit, want 1,599", n)
-	}
-	if !errors.Is(err, capacity.ErrItemTooLarge) || !errors.Is(err, breaker.ErrStore) || errors.Is(err, budget.ErrThrottled) {
-		t.Fatalf("the 1,600th Report: %v; want ErrItemTooLarge, a store error, not a throttle", err)
-	}
-	if st := m.Stats(); st.TooLarge != 1 || st.LargestItem != 65+256*1599 {
-		t.Fatalf("stats %+v", st)
-	}
-	tally, err := s.Report(ctx, "partner", t0, fmt.Sprintf("%0256d", 0), 0, 0, exp)
-	if err != nil || tally.Reporters != 1599 || tally.Failures != 1599 {
-		t.Fatalf("after the refused Report: %+v, %v; want it not applied", tally, err)
-	}
 }

@@ -27,13 +27,18 @@
 //   - BreakerStore.Load: one eventually consistent BatchGetItem of the state
 //     item "c#<name>" and the override item "c#<name>#override", each item
 //     rounded up separately (two small items: 2 × 0.5 read units).
-//   - BreakerStore.Report: one UpdateItem of the fleet window item
-//     "c#<name>#w#<window>" (pk, successes, failures, envs, expires), whose
-//     envs string set grows with every new reporter. ReturnValues ALL_NEW
-//     does not change the price.
+//   - BreakerStore.Report: one conditional UpdateItem of the state item
+//     "c#<name>" (pk, state, epoch, reopens once a Transition wrote it,
+//     open_until and watch_until when set, and b<i>, r<i>, s<i>, f<i>, n<i>
+//     for each slot i that holds a bucket), or two when the form the
+//     Client guessed from its last answers was refused because the slot
+//     held another bucket (the refusal billed on the item as it stands);
+//     a conflict, or a late report without a watch, is one refused write.
+//     ReturnValues ALL_NEW does not change the price. The item stays under
+//     1 KB, so each write is one unit.
 //   - BreakerStore.Transition: one conditional UpdateItem of the state item
-//     (pk, state, epoch, reopens, open_until), then one eventually
-//     consistent GetItem of the override item, also after a conflict.
+//     (which empties its slots), then one eventually consistent GetItem of
+//     the override item, also after a conflict.
 //   - BreakerStore.AcquireProbe: one conditional UpdateItem per slot item
 //     "c#<name>#p#<slot>" tried (pk, epoch, lease_until, expires). This store
 //     tries slots from 0 up (dynamo starts at a random slot), so it makes as
@@ -54,8 +59,11 @@
 // Where memory and DynamoDB still differ: items are dropped when they have
 // expired (Now), while DynamoDB's TTL deletes them days later, so a write to
 // an expired item is billed as a write to a missing one (the stores never
-// write to an expired window in normal use); and the counts Reads and Writes
-// count method calls, whereas the Meter counts DynamoDB requests.
+// write to an expired window in normal use); the counts Reads and Writes
+// count method calls, whereas the Meter counts DynamoDB requests; and a
+// Report never needs more than two writes, since no other write can come
+// between them (the dynamo store's third write, when another environment
+// started the bucket between its first two, never happens here).
 package memstore
 
 import (
@@ -97,11 +105,11 @@ type Options struct {
 	// Fault must be safe for concurrent use.
 	Fault func(ctx context.Context, op string) error
 
-	// Now is the clock by which items past their expiry time (Update.
-	// Expires, the expires argument of Report) are dropped to free memory,
-	// and by which Meter counts its seconds; nil means time.Now. An item
-	// is dropped at the earliest when it has expired, as DynamoDB's TTL
-	// does, so dropping never changes an answer the contract fixes.
+	// Now is the clock by which budget items past their expiry time
+	// (Update.Expires) are dropped to free memory, and by which Meter
+	// counts its seconds; nil means time.Now. An item is dropped at the
+	// earliest when it has expired, as DynamoDB's TTL does, so dropping
+	// never changes an answer the contract fixes.
 	Now func() time.Time
 
 	// Meter, if not nil, bills every request the operation stands for (see

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,44 @@ func TestBudgetStoreConformance(t *testing.T) {
 
 func TestBreakerStoreConformance(t *testing.T) {
 	breakertest.Run(t, func(*testing.T) breaker.Store { return memstore.NewBreakerStore(memstore.Options{}) })
+}
+
+// The breaker suite again through two Clients of one store, every call to
+// the next: the state is shared, each Client's guesses of a Report's slot
+// are its own, and no answer changes.
+func TestBreakerStoreClientsConformance(t *testing.T) {
+	breakertest.Run(t, func(*testing.T) breaker.Store {
+		s := memstore.NewBreakerStore(memstore.Options{Meter: capacity.NewMeter(capacity.Config{})})
+		return &alternating{stores: [2]breaker.Store{s, s.Client()}}
+	})
+}
+
+// alternating sends each call to the next of its stores.
+type alternating struct {
+	stores [2]breaker.Store
+	n      atomic.Uint32
+}
+
+func (a *alternating) next() breaker.Store { return a.stores[a.n.Add(1)%2] }
+
+func (a *alternating) Load(ctx context.Context, name string) (breaker.Snapshot, error) {
+	return a.next().Load(ctx, name)
+}
+
+func (a *alternating) Report(ctx context.Context, name string, r breaker.Report) (breaker.Snapshot, error) {
+	return a.next().Report(ctx, name, r)
+}
+
+func (a *alternating) Transition(ctx context.Context, name string, prev uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
+	return a.next().Transition(ctx, name, prev, next)
+}
+
+func (a *alternating) AcquireProbe(ctx context.Context, name string, epoch uint64, limit int, now, leaseUntil time.Time) (int, error) {
+	return a.next().AcquireProbe(ctx, name, epoch, limit, now, leaseUntil)
+}
+
+func (a *alternating) SetOverride(ctx context.Context, name string, o breaker.Override, until time.Time) error {
+	return a.next().SetOverride(ctx, name, o, until)
 }
 
 // The suites again, with a Fault hook that lets every call through and a
@@ -130,7 +169,7 @@ func TestBreakerStoreFaultsAreStoreErrors(t *testing.T) {
 	calls := map[string]func() error{
 		memstore.OpLoad: func() error { _, err := s.Load(ctx, "p"); return err },
 		memstore.OpReport: func() error {
-			_, err := s.Report(ctx, "p", t0, "env", 0, 1, t0.Add(time.Minute))
+			_, err := s.Report(ctx, "p", breaker.Report{Bucket: 1, Requests: 1, Failures: 1, Samples: 1})
 			return err
 		},
 		memstore.OpTransition: func() error {
@@ -152,8 +191,10 @@ func TestBreakerStoreFaultsAreStoreErrors(t *testing.T) {
 	if snap, err := s.Load(ctx, "p"); err != nil || snap != (breaker.Snapshot{}) {
 		t.Fatalf("after faulted writes: %+v, %v; want the zero Snapshot", snap, err)
 	}
-	if tally, err := s.Report(ctx, "p", t0, "env", 0, 0, t0.Add(time.Minute)); err != nil || tally != (breaker.Tally{Reporters: 1}) {
-		t.Fatalf("after a faulted Report: %+v, %v", tally, err)
+	var want breaker.Snapshot
+	want.Buckets[1] = breaker.Bucket{Num: 1}
+	if snap, err := s.Report(ctx, "p", breaker.Report{Bucket: 1}); err != nil || snap != want {
+		t.Fatalf("after a faulted Report: %+v, %v; want an empty bucket 1 only", snap, err)
 	}
 	if s.Reads() != 2 || s.Writes() != 5 {
 		t.Fatalf("Reads, Writes = %d, %d; want 2, 5", s.Reads(), s.Writes())
@@ -239,29 +280,15 @@ func TestStoresDropExpiredItems(t *testing.T) {
 		t.Fatalf("Apply to an expired item = %d, %v; want the floor 9", got, err)
 	}
 
-	cs := memstore.NewBreakerStore(memstore.Options{Now: clock})
-	now = t0
-	if _, err := cs.Report(ctx, "p", t0, "env", 0, 4, t0.Add(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.Report(ctx, "p", t0.Add(10*time.Second), "env", 0, 2, t0.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	now = t0.Add(30 * time.Minute)
-	if tally, err := cs.Report(ctx, "p", t0.Add(10*time.Second), "env2", 0, 1, t0.Add(time.Hour)); err != nil || tally != (breaker.Tally{Failures: 3, Reporters: 2}) {
-		t.Fatalf("Report to a live window = %+v, %v", tally, err)
-	}
-	if tally, err := cs.Report(ctx, "p", t0, "env", 0, 1, t0.Add(time.Hour)); err != nil || tally != (breaker.Tally{Failures: 1, Reporters: 1}) {
-		t.Fatalf("Report to an expired window = %+v, %v; want a fresh window", tally, err)
-	}
 }
 
 func TestBreakerStoreRejectsBadArguments(t *testing.T) {
 	s := memstore.NewBreakerStore(memstore.Options{})
 	ctx := context.Background()
-	_, errEnv := s.Report(ctx, "p", t0, "", 1, 0, time.Time{})
-	_, errSucc := s.Report(ctx, "p", t0, "env", -1, 0, time.Time{})
-	_, errFail := s.Report(ctx, "p", t0, "env", 0, -1, time.Time{})
+	_, errBucket := s.Report(ctx, "p", breaker.Report{Bucket: 0, Requests: 1})
+	_, errLastBucket := s.Report(ctx, "p", breaker.Report{Bucket: 253402300800000, Requests: 1})
+	_, errNegative := s.Report(ctx, "p", breaker.Report{Bucket: 1, Failures: -1})
+	_, errHuge := s.Report(ctx, "p", breaker.Report{Bucket: 1, Samples: 1<<53 + 1})
 	_, errEpoch := s.Transition(ctx, "p", 0, breaker.Snapshot{State: breaker.Open, Epoch: 2})
 	_, errWrap := s.Transition(ctx, "p", math.MaxUint64, breaker.Snapshot{State: breaker.Open, Epoch: 0})
 	_, errState := s.Transition(ctx, "p", 0, breaker.Snapshot{State: breaker.State(7), Epoch: 1})
@@ -270,7 +297,7 @@ func TestBreakerStoreRejectsBadArguments(t *testing.T) {
 	_, errLease := s.AcquireProbe(ctx, "p", 1, 1, t0, t0)
 	errOverride := s.SetOverride(ctx, "p", breaker.Override(9), time.Time{})
 	for what, err := range map[string]error{
-		"env is empty": errEnv, "successes is -1": errSucc, "failures is -1": errFail,
+		"bucket is 0": errBucket, "bucket is 253402300800000": errLastBucket, "-1 failures": errNegative, "9007199254740993 samples": errHuge,
 		"next.Epoch is 2": errEpoch, "next.Epoch is 0": errWrap, "next.State": errState, "next.Reopens": errReopens,
 		"limit is -1": errLimit, "leaseUntil": errLease, "override is": errOverride,
 	} {
@@ -283,6 +310,28 @@ func TestBreakerStoreRejectsBadArguments(t *testing.T) {
 	}
 	if snap, err := s.Load(ctx, "p"); err != nil || snap != (breaker.Snapshot{}) {
 		t.Fatalf("after rejected calls: %+v, %v; want the zero Snapshot", snap, err)
+	}
+}
+
+// A bucket's counts never pass MaxInt64: the dynamo store would find such
+// an item malformed, so the in-memory one refuses the Report that would
+// make it.
+func TestBreakerStoreReportOverflow(t *testing.T) {
+	s := memstore.NewBreakerStore(memstore.Options{})
+	ctx := context.Background()
+	const huge = 1 << 53
+	var err error
+	n := 0
+	for ; n < 1100; n++ {
+		if _, err = s.Report(ctx, "p", breaker.Report{Bucket: 1, Requests: huge}); err != nil {
+			break
+		}
+	}
+	if n != 1023 || !errors.Is(err, breaker.ErrStore) || !strings.Contains(err.Error(), "would pass") {
+		t.Fatalf("%d Reports of 2^53 requests, then %v; want 1,023, then a store error", n, err)
+	}
+	if snap, err := s.Load(ctx, "p"); err != nil || snap.Buckets[1].Requests != 1023*huge {
+		t.Fatalf("after the refused Report: %+v, %v; want it not applied", snap.Buckets[1], err)
 	}
 }
 

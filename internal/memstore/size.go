@@ -21,19 +21,31 @@ func budgetItemSize(key string, allowance int64, expires time.Time) int {
 	return it.Size()
 }
 
-// stateItemSize is a breaker state item: pk, state, epoch, reopens, and
-// open_until when set. Epoch 0 is a state never written: no item.
-func stateItemSize(key string, state breaker.State, epoch uint64, reopens int, openUntil time.Time) int {
-	if epoch == 0 {
-		return 0
-	}
+// stateItemSize is a breaker state item: pk, state, epoch, reopens
+// (written by Transitions; an item a Report created has none),
+// open_until and watch_until when set, and each slot that holds a bucket
+// (b<i>, r<i>, s<i>, f<i>, n<i>). e must hold a state item.
+func stateItemSize(key string, e *breakerEntry) int {
 	var it capacity.Item
 	it.String(layout.AttrPK, key).
-		String(layout.AttrState, state.String()).
-		Number(layout.AttrEpoch, strconv.FormatUint(epoch, 10)).
-		Int(layout.AttrReopens, int64(reopens))
-	if !openUntil.IsZero() {
-		it.Int(layout.AttrOpenUntil, openUntil.UnixMilli())
+		String(layout.AttrState, e.state.String()).
+		Number(layout.AttrEpoch, strconv.FormatUint(e.epoch, 10))
+	if e.reopensSet {
+		it.Int(layout.AttrReopens, int64(e.reopens))
+	}
+	if !e.openUntil.IsZero() {
+		it.Int(layout.AttrOpenUntil, e.openUntil.UnixMilli())
+	}
+	if !e.watchUntil.IsZero() {
+		it.Int(layout.AttrWatchUntil, e.watchUntil.UnixMilli())
+	}
+	for i, b := range e.buckets {
+		if b.Num == 0 {
+			continue
+		}
+		n := layout.Slots[i]
+		it.Int(n.Bucket, b.Num).Int(n.Requests, b.Requests).Int(n.Successes, b.Successes).
+			Int(n.Failures, b.Failures).Int(n.Samples, b.Samples)
 	}
 	return it.Size()
 }
@@ -51,18 +63,6 @@ func overrideItemSize(key string, set bool, o breaker.Override, until time.Time)
 		it.Int(layout.AttrUntil, until.UnixMilli())
 		addExpires(&it, until.Add(layout.CleanupGrace))
 	}
-	return it.Size()
-}
-
-// windowItemSize is a breaker fleet window: pk, successes, failures, envs
-// (a string set whose elements add up to envBytes), expires.
-func windowItemSize(key string, successes, failures int64, envBytes int, expires time.Time) int {
-	var it capacity.Item
-	it.String(layout.AttrPK, key).
-		Int(layout.AttrSuccesses, successes).
-		Int(layout.AttrFailures, failures).
-		Raw(layout.AttrEnvs, envBytes)
-	addExpires(&it, expires)
 	return it.Size()
 }
 

@@ -248,11 +248,10 @@ func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy,
 			s := bset
 			s.Store = stores.Breaker
 			s.StoreTimeout = c.StoreTimeout
-			s.Env = spec.Name
 			s.Rand = spec.Rand
 			open := spec.BreakerOpen
-			s.OnStateChange = func(_ string, _, to breaker.State, _ breaker.Counts) {
-				if to == breaker.Open {
+			s.OnStateChange = func(c breaker.StateChange) {
+				if c.To == breaker.Open {
 					open()
 				}
 			}

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -50,7 +51,9 @@ func (e *testEnvs) envFlushing(flush bool) Caller {
 	var opened atomic.Int32
 	c, err := e.st.NewEnv(EnvSpec{
 		ID: e.n, Name: "env-" + string(rune('a'+e.n)), Clock: e.clock, FlushEachCall: flush,
-		Rand: func() float64 { return 0.5 }, BreakerOpen: func() { opened.Add(1) },
+		// A seeded source, not a constant: the breaker also draws its fleet
+		// samples from it.
+		Rand: rand.New(rand.NewPCG(uint64(e.n), 5)).Float64, BreakerOpen: func() { opened.Add(1) },
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -1,0 +1,390 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+)
+
+// The fleet's counting protocol (see "Fleet counts" in the package
+// documentation and docs/ARCHITECTURE.md). These are fixed by the design,
+// not settings: each is derived from the limits of one DynamoDB item.
+const (
+	// quietTTLFactor multiplies CacheTTL while the fleet is quiet (no
+	// failure anywhere for watchWindows × Window) and closed: an
+	// environment making a call a second reads the state about once every
+	// 16 calls instead of once a second, whatever the fleet's size. A
+	// failure makes the environment read at once, so an open fleet is
+	// still learnt by the first call that fails.
+	quietTTLFactor = 15
+	// watchWindows is how long, in Windows, one failure keeps the fleet
+	// counting.
+	watchWindows = 2
+	// targetSamplesPerSecond is the fleet-wide rate of sampled calls the
+	// sampling factor aims at: a quarter of the 1,000 writes per second one
+	// DynamoDB item takes, so that reports, transitions and alarms together
+	// stay far below it whatever the fleet's size.
+	targetSamplesPerSecond = 250
+	// initialSampling is the sampling factor (one call in initialSampling)
+	// while the fleet's rate is not known yet: the first bucket of a
+	// watch. A thousand environments failing at once then send about 250
+	// reports in that second, not 1,000.
+	initialSampling = 4
+	// tripZ is how many standard errors above FailureRatio the fleet's
+	// estimated failure ratio must be to trip: the estimate comes from a
+	// sample, and without the margin a fleet failing 30% of calls would
+	// trip on noise whenever a window holds few calls (at 20 samples, 4.8%
+	// of the time; with the margin, 0.03%).
+	tripZ = 1.0
+	// coldLoadFactor multiplies StoreTimeout for a Load after a long idle
+	// (the first one of an environment, or one after a Lambda freeze):
+	// its connection to the store is new and the TLS handshake alone can
+	// take longer than StoreTimeout.
+	coldLoadFactor = 4
+)
+
+// pending is this environment's sampled counts not yet reported.
+type pending struct {
+	first                                  int64 // bucket number of the oldest count, 0 when empty
+	requests, successes, failures, samples int64
+	// sawFailure: a failure, sampled or not, was seen since the last
+	// report; the next report extends the fleet's watch.
+	sawFailure bool
+}
+
+func (p *pending) empty() bool { return p.requests == 0 && p.samples == 0 }
+
+// Flush sends this environment's sampled fleet counts if its last report
+// is at least ReportInterval old (as of the latest time the breaker has
+// seen), and trips the fleet if the counts answered call for it. A Lambda
+// handler calls it before returning, since the execution environment may
+// be frozen afterwards; calling it after every invocation costs nothing
+// while the fleet is quiet (nothing is sampled) and at most one write per
+// ReportInterval otherwise. Without a Store, while the Store has failed
+// (the local state machine decides), or with nothing due, Flush writes
+// nothing. It returns the Store's fault (an error satisfying
+// errors.Is(err, ErrStore)) or ctx's error.
+func (b *Breaker) Flush(ctx context.Context) error {
+	if b.store == nil {
+		return nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	b.mu.Lock()
+	j := b.takeReportLocked(b.lastNow, false)
+	b.mu.Unlock()
+	if j.op == opNone {
+		return nil
+	}
+	return b.runReport(ctx, j)
+}
+
+// bucketOf returns the number of the fleet bucket now falls in: Unix
+// milliseconds divided by the bucket width, floored.
+func (b *Breaker) bucketOf(now time.Time) int64 {
+	w := b.s.Window.Milliseconds() / FleetSlots
+	ms := now.UnixMilli()
+	n := ms / w
+	if ms%w < 0 {
+		n--
+	}
+	return n
+}
+
+// watchingLocked reports whether the fleet, as last read, is counting at
+// now.
+func (b *Breaker) watchingLocked(now time.Time) bool {
+	return now.Before(b.snap.WatchUntil)
+}
+
+// samplingLocked reports whether this environment samples its calls at
+// now: it follows the fleet, which is closed and watching, with no
+// override in force.
+func (b *Breaker) samplingLocked(now time.Time) bool {
+	if !b.sharedLocked() || b.state != Closed || !b.watchingLocked(now) {
+		return false
+	}
+	ov, _ := b.overrideLocked(now)
+	return ov == NoOverride
+}
+
+// sampleLocked decides whether a call admitted at now is sampled, and
+// counts it as a request if so. It returns the call's weight: 0 if not
+// sampled, otherwise the number of calls the sample stands for. The draw
+// (Rand) is made before the call goes, so it does not depend on the
+// outcome.
+func (b *Breaker) sampleLocked(now time.Time) int32 {
+	if !b.samplingLocked(now) {
+		return 0
+	}
+	k := b.samplingFactorLocked(now)
+	if k > 1 && b.randLocked()*float64(k) >= 1 {
+		return 0
+	}
+	b.pendStartLocked(now)
+	b.pend.requests += k
+	return int32(k)
+}
+
+// pendStartLocked notes the bucket of the first count pending, after
+// dropping pending counts older than the rolling window (an environment
+// frozen with samples pending): they would be reported into a bucket they
+// were not gathered in.
+func (b *Breaker) pendStartLocked(now time.Time) {
+	cur := b.bucketOf(now)
+	if b.pend.first != 0 && b.pend.first <= cur-FleetSlots {
+		b.pend = pending{sawFailure: b.pend.sawFailure}
+	}
+	if b.pend.first == 0 {
+		b.pend.first = cur
+	}
+}
+
+// samplingFactorLocked returns k: one call in k is sampled, each counting
+// for k. It aims at targetSamplesPerSecond fleet-wide, from the fleet's
+// request rate over the complete buckets of the rolling window in the
+// snapshot held (the estimates there are unbiased whatever k was then),
+// and is initialSampling while no bucket is complete.
+func (b *Breaker) samplingFactorLocked(now time.Time) int64 {
+	cur := b.bucketOf(now)
+	var req, full int64
+	for _, bk := range b.snap.Buckets {
+		if bk.Num > cur-FleetSlots && bk.Num < cur && bk.Requests > 0 {
+			req += bk.Requests
+			full++
+		}
+	}
+	if full == 0 {
+		return initialSampling
+	}
+	perSecond := float64(req) / (float64(full) * b.s.Window.Seconds() / FleetSlots)
+	return max(1, int64(math.Ceil(perSecond/targetSamplesPerSecond)))
+}
+
+// accountFleetLocked counts the outcome of a call admitted while the fleet
+// is closed, and returns the store call it makes due, if any: an alarm
+// when a failure finds the fleet quiet, a report when this environment's
+// samples are due.
+func (b *Breaker) accountFleetLocked(now time.Time, p Permit, o Outcome) job {
+	if p.weight > 0 && o != Excluded {
+		b.pendStartLocked(now)
+		if o == Success {
+			b.pend.successes += int64(p.weight)
+		} else {
+			b.pend.failures += int64(p.weight)
+		}
+		b.pend.samples++
+	}
+	if o == Failure {
+		b.pend.sawFailure = true
+		if !b.watchingLocked(now) {
+			return b.alarmLocked(now)
+		}
+	}
+	return b.takeReportLocked(now, false)
+}
+
+// alarmLocked returns the alarm job after a failure found the fleet quiet,
+// at most once per CacheTTL per environment.
+func (b *Breaker) alarmLocked(now time.Time) job {
+	if !b.reportingLocked() || b.reportBusy || (!b.lastAlarm.IsZero() && now.Before(b.lastAlarm.Add(b.s.CacheTTL))) {
+		return job{}
+	}
+	j := job{op: opAlarm, gen: b.gen, epoch: b.snap.Epoch, now: now, prevReport: b.lastReport}
+	b.lastAlarm = now
+	b.lastReport = now // the alarm is this environment's report for ReportInterval
+	b.reportBusy = true
+	return j
+}
+
+// runAlarm starts the fleet's watch after a failure found it quiet. It
+// reads the state first (unless it was read within CacheTTL/10), since
+// another environment has most likely started the watch already; if the
+// fleet is still quiet and closed, it writes a report that carries no
+// counts (the failure that raised the alarm was not sampled: counting it
+// would bias the estimate) and sets WatchUntil.
+func (b *Breaker) runAlarm(ctx context.Context, j job) error {
+	b.mu.Lock()
+	fresh := j.now.Before(b.loadedAt.Add(b.s.CacheTTL / 10))
+	b.mu.Unlock()
+	if !fresh {
+		b.staleAt.Store(0)
+		b.refresh(ctx, j.now)
+	}
+	b.mu.Lock()
+	if !b.reportingLocked() || b.gen != j.gen || b.state != Closed || b.held || b.watchingLocked(j.now) || ctx.Err() != nil {
+		// No alarm after all (most often: another environment started the
+		// watch): this environment wrote nothing.
+		b.reportBusy = false
+		if b.lastReport.Equal(j.now) {
+			b.lastReport = j.prevReport
+		}
+		b.mu.Unlock()
+		return nil
+	}
+	r := Report{Epoch: b.snap.Epoch, Bucket: b.bucketOf(j.now), WatchUntil: j.now.Add(watchWindows * b.s.Window)}
+	b.mu.Unlock()
+	return b.runReport(ctx, job{op: opReport, gen: j.gen, epoch: r.Epoch, now: j.now, report: r})
+}
+
+// reportDueLocked reports whether ReportInterval has passed since this
+// environment's last report.
+func (b *Breaker) reportDueLocked(now time.Time) bool {
+	return b.lastReport.IsZero() || !now.Before(b.lastReport.Add(b.s.ReportInterval))
+}
+
+// takeReportLocked returns the report to make now, if any: the counts
+// pending, once ReportInterval has passed since the last report (or at
+// once with force). Counts older than the rolling window (an environment
+// frozen with counts pending) are dropped: they would be reported into a
+// bucket they were not gathered in. A report also goes, with no counts,
+// to extend the fleet's watch when this environment saw a failure that
+// was not sampled and the watch has less than half of its length left.
+// The counts leave the pending ones when the report is decided, whatever
+// its fate: they are never sent twice.
+func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
+	if !b.reportingLocked() || b.reportBusy || b.held {
+		return job{}
+	}
+	cur := b.bucketOf(now)
+	if b.pend.first != 0 && b.pend.first <= cur-FleetSlots {
+		b.pend = pending{sawFailure: b.pend.sawFailure}
+	}
+	watchFor := watchWindows * b.s.Window
+	// An unsampled failure extends a watch that has less than a quarter
+	// left, itself sampled (one in the sampling factor): a fleet that
+	// fails is extending the watch with its sampled reports anyway, and a
+	// thousand environments must not all write at once to do it.
+	extend := b.pend.sawFailure && b.watchingLocked(now) && b.snap.WatchUntil.Sub(now) < watchFor/4
+	if extend && b.pend.empty() {
+		if k := b.samplingFactorLocked(now); k > 1 && b.randLocked()*float64(k) >= 1 {
+			extend = false
+			b.pend.sawFailure = false
+		}
+	}
+	if (b.pend.empty() && !extend) || (!force && !b.reportDueLocked(now)) {
+		return job{}
+	}
+	r := Report{
+		Epoch:     b.snap.Epoch,
+		Bucket:    cur,
+		Requests:  b.pend.requests,
+		Successes: b.pend.successes,
+		Failures:  b.pend.failures,
+		Samples:   b.pend.samples,
+	}
+	if b.pend.sawFailure {
+		r.WatchUntil = now.Add(watchFor)
+	}
+	b.pend = pending{}
+	b.reportBusy = true
+	b.lastReport = now
+	return job{op: opReport, gen: b.gen, epoch: r.Epoch, now: now, report: r}
+}
+
+// runReport makes the report j and follows the state it answers; if the
+// fleet's counts call for it (see fleetTripsLocked), it trips the fleet.
+func (b *Breaker) runReport(ctx context.Context, j job) error {
+	var (
+		snap Snapshot
+		err  error
+	)
+	if err = ctx.Err(); err == nil {
+		snap, err = callStore(ctx, b.s.StoreTimeout, storeOpReport, func(c context.Context) (Snapshot, error) {
+			return b.store.Report(c, b.name, j.report)
+		})
+	}
+	if err == nil {
+		err = validSnapshot(snap)
+	}
+	b.mu.Lock()
+	b.observeLocked(j.now)
+	b.reportBusy = false
+	var (
+		fault error
+		trip  job
+	)
+	switch {
+	case err == nil:
+		// A report's answer carries no override (the Store contract): keep
+		// the one last read.
+		snap.Override, snap.OverrideUntil = b.snap.Override, b.snap.OverrideUntil
+		b.lowerRead = false
+		b.adoptLocked(j.now, snap, false, false, OriginFollowed)
+		b.loadedAt = later(b.loadedAt, j.now)
+		b.staleAt.Store(b.freshUntilLocked(j.now))
+		ov, _ := b.overrideLocked(j.now)
+		if ov == NoOverride && !b.s.Adaptive && b.gen == j.gen && b.sharedLocked() && b.state == Closed && b.snap.Epoch == j.epoch && b.fleetTripsLocked(j.now) {
+			trip = job{
+				op:    opTransition,
+				gen:   b.gen,
+				from:  Closed,
+				epoch: b.snap.Epoch,
+				next:  Snapshot{State: Open, Epoch: b.snap.Epoch + 1, OpenUntil: j.now.Add(b.openDurationLocked(0))},
+			}
+		}
+	case errors.Is(err, ErrConflict):
+		// The fleet moved to another epoch: the counts belonged to the
+		// old one and are dropped. Follow the state answered (with the
+		// override last read: the answer carries none), as a
+		// Transition's conflict does.
+		snap.Override, snap.OverrideUntil = b.snap.Override, b.snap.OverrideUntil
+		b.followConflictLocked(j.now, j.epoch, snap)
+	case ctx.Err() != nil:
+		// The caller's context ended, not the store.
+	default:
+		fault = b.faultLocked(j.now, storeOpReport, err)
+		// Now on the local state machine: trip on this environment's own
+		// counts, as an in-memory breaker would.
+		if ov, _ := b.overrideLocked(j.now); ov == NoOverride && b.state == Closed && b.shouldTripLocked(j.now) {
+			b.setMachineLocked(j.now, Open, j.now.Add(b.openDurationLocked(0)), 0, OriginLocal)
+		}
+	}
+	b.publishLocked(j.now)
+	evs := b.takeEventsLocked()
+	b.mu.Unlock()
+	b.fire(evs)
+	b.storeFault(storeOpReport, fault)
+	switch {
+	case fault != nil:
+		return fault
+	case err != nil && !errors.Is(err, ErrConflict):
+		return err
+	case trip.op == opTransition:
+		return b.runTransition(ctx, j.now, trip)
+	}
+	return nil
+}
+
+// fleetCountsLocked sums the buckets of the rolling window ending at now
+// in the snapshot held.
+func (b *Breaker) fleetCountsLocked(now time.Time) (successes, failures, samples int64) {
+	cur := b.bucketOf(now)
+	for _, bk := range b.snap.Buckets {
+		if bk.Num > cur-FleetSlots && bk.Num <= cur {
+			successes += bk.Successes
+			failures += bk.Failures
+			samples += bk.Samples
+		}
+	}
+	return successes, failures, samples
+}
+
+// fleetTripsLocked reports whether the fleet's counts, as the snapshot
+// held has them, call for a trip at now: over the rolling window (the
+// FleetSlots buckets ending with now's), at least MinRequests sampled
+// outcomes, and an estimated failure ratio of at least FailureRatio plus
+// tripZ standard errors of a sample of that many outcomes. The counts
+// come from samples chosen before their outcome was known, so the
+// estimate is unbiased (see the package documentation for what remains).
+func (b *Breaker) fleetTripsLocked(now time.Time) bool {
+	s, f, n := b.fleetCountsLocked(now)
+	total := s + f
+	if total == 0 || n < max(b.s.MinRequests, 1) {
+		return false
+	}
+	fr := b.s.FailureRatio
+	return float64(f)/float64(total) >= fr+tripZ*math.Sqrt(fr*(1-fr)/float64(n))
+}
