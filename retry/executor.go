@@ -161,7 +161,7 @@ type Executor struct {
 	breaker     *breaker.Breaker
 	classifiers []Classifier
 	clock       Clock
-	sys         *sysClock // set when clock is SystemClock: read it instead
+	sys         bool // clock is SystemClock: time an attempt with the monotonic clock
 	rand        func() float64
 
 	onRetry           func(RetryEvent)
@@ -217,7 +217,7 @@ func New(cfg Config) (*Executor, error) {
 		e.clock = SystemClock{}
 	}
 	if _, ok := e.clock.(SystemClock); ok {
-		e.sys = newSysClock()
+		e.sys = true
 	}
 	if e.rand == nil {
 		e.rand = rand.Float64
@@ -293,8 +293,8 @@ func (e *Executor) MaxAttempts() int { return e.maxAttempts }
 //
 // On the healthy path (breaker closed, in-memory budgets, first attempt
 // succeeds, no AttemptTimeout) Do does not allocate and reads the clock
-// twice (with SystemClock, two monotonic clock reads; a step of the wall
-// clock costs one small allocation, see SystemClock).
+// twice (with SystemClock, time.Now when the call starts and the monotonic
+// clock when its attempt ends).
 func (e *Executor) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
 	return e.loop(ctx, call{idempotent: e.idempotent}, op)
 }
@@ -489,21 +489,21 @@ func (e *Executor) excluded(ctx context.Context, now time.Time, p breaker.Permit
 	}
 }
 
-// now reads the clock. The system clock is read through e.sys, which
-// costs one monotonic clock read (see sysClock).
+// now reads the clock.
 func (e *Executor) now() time.Time {
-	if e.sys != nil {
-		return e.sys.now()
+	if e.sys {
+		return time.Now()
 	}
 	return e.clock.Now()
 }
 
 // attemptEnd returns the time an attempt that started at start ended. With
-// the system clock it is start plus the monotonic time elapsed, one
-// monotonic clock read, so that an attempt's duration ignores wall-clock
-// steps during it.
+// the system clock it is start plus the monotonic time elapsed (start was
+// read just before the attempt, so the freeze of a Lambda environment
+// cannot fall in between), one monotonic clock read, and an attempt's
+// duration ignores wall-clock steps during it.
 func (e *Executor) attemptEnd(start time.Time) time.Time {
-	if e.sys != nil {
+	if e.sys {
 		return start.Add(time.Since(start))
 	}
 	return e.clock.Now()
