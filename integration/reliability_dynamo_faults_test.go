@@ -200,7 +200,14 @@ func TestReliabilityDynamoFaults(t *testing.T) {
 				}
 			}
 
-			rec := fleet.run(ctx, "recovery", recoveryFor, relPaceInterval, relMinDeadline, relMaxDeadline, partner)
+			// Recovery lasts recoveryFor, and until every layer has worked
+			// against the table again, for at most resumeWithin.
+			recStart := time.Now()
+			resumed, endResumed := becomes(10*time.Millisecond, func() bool {
+				return time.Since(recStart) >= recoveryFor && fleet.allResumed()
+			})
+			rec := fleet.runUntil(ctx, "recovery", max(recoveryFor, fleet.resumeWithin()), resumed, relPaceInterval, relMinDeadline, relMaxDeadline, partner)
+			endResumed()
 			probeGrants := stopProbes()
 			relCheckCalls(t, rec, &overruns)
 			row := relFaultRow{fault: fc.f.String(), tot: tot, ddbRequests: pd.Requests, injected: pd.Injected, seconds: ph.duration.Seconds()}

@@ -220,7 +220,10 @@ func TestReliabilityDynamoRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	api := relStoreClient(t, proxy.URL())
-	fleet := newRelFleet(t, api, table, relFleetConfig{Envs: 3, OpenDuration: 2 * time.Second})
+	// The outages must open the breaker in the table: a working table's
+	// store timeout (relWorkingStoreTimeout). While DynamoDB is away the
+	// proxy refuses connections, which fails store calls at once.
+	fleet := newRelFleet(t, api, table, relFleetConfig{Envs: 3, OpenDuration: 2 * time.Second, StoreTimeout: relWorkingStoreTimeout})
 	cfg := fleet.cfg
 	partner := &relPartner{}
 	ctx := t.Context()
@@ -308,22 +311,12 @@ func TestReliabilityDynamoRestart(t *testing.T) {
 	if err == nil {
 		stopProbes := fleet.probeLayers(ctx)
 		// Wait, the fleet calling all along, until every layer of every
-		// environment has worked against the new table, for at most three
-		// cooldowns: each layer tries within its cooldown (relCheckResume
-		// checks that bound), and a first request that still misses the
-		// store timeout on a busy machine costs it one more cooldown; two
-		// such misses are allowed for.
-		resumed, endResumed := becomes(10*time.Millisecond, func() bool {
-			for _, e := range fleet.envs {
-				if e.budgetW.resumed.Load() == 0 || e.brkW.resumed.Load() == 0 {
-					return false
-				}
-			}
-			return true
-		})
+		// environment has worked against the new table, for at most
+		// resumeWithin.
+		resumed, endResumed := becomes(10*time.Millisecond, fleet.allResumed)
 		select {
 		case <-resumed:
-		case <-time.After(3*max(cfg.CacheTTL, cfg.FaultCooldown) + relResumeTolerance):
+		case <-time.After(fleet.resumeWithin()):
 		}
 		endResumed()
 		probeGrants = stopProbes()
