@@ -455,6 +455,13 @@ func TestDynamoBreakerMalformedItems(t *testing.T) {
 	}
 }
 
+// farWindow is the window of the tests that check items written with
+// fixed times: far in the future, because DynamoDB Local deletes items
+// whose expires has passed (time to live) at a moment of its own, and a
+// test that wrote expired items raced that sweep (an item written a moment
+// before was gone when read back, on a loaded machine).
+var farWindow = time.UnixMilli(4_100_000_000_000)
+
 // TestDynamoItemLayout checks the items the stores write against the layout
 // documented in package dynamo (and docs/ARCHITECTURE.md), attribute by
 // attribute, so that an operator's put-item and the code agree.
@@ -464,7 +471,7 @@ func TestDynamoItemLayout(t *testing.T) {
 	bs := newBudgetStore(t, api, table)
 	cs := newBreakerStore(t, api, table)
 	ctx := storeCtx(t)
-	w := time.UnixMilli(1_700_000_000_000)
+	w := farWindow
 
 	if _, err := bs.Apply(ctx, budget.Key{Name: "payments", Shard: 2, Window: w}, budget.Update{Floor: 3, Deposit: 4, Take: 1, Expires: w.Add(20*time.Second + time.Millisecond)}); err != nil {
 		t.Fatalf("Apply: %v", err)
@@ -484,11 +491,11 @@ func TestDynamoItemLayout(t *testing.T) {
 	}
 
 	want := map[string]map[string]types.AttributeValue{
-		"b#payments#2#1700000000000":         {"allowance": avN("6"), "expires": avN("1700000021")},
-		"c#payments":                         {"state": avS("open"), "epoch": avN("1"), "open_until": avN("1700000030000"), "reopens": avN("2")},
-		"c#payments#override":                {"override": avS("force-open"), "until": avN("1700003600000"), "expires": avN("1700090000")},
-		"c#payments#w#1700000000000":         {"successes": avN("2"), "failures": avN("3"), "envs": &types.AttributeValueMemberSS{Value: []string{"env-1"}}, "expires": avN("1700000030")},
-		fmt.Sprintf("c#payments#p#%d", slot): {"epoch": avN("1"), "lease_until": avN("1700000005000"), "expires": avN("1700086405")},
+		"b#payments#2#4100000000000":         {"allowance": avN("6"), "expires": avN("4100000021")},
+		"c#payments":                         {"state": avS("open"), "epoch": avN("1"), "open_until": avN("4100000030000"), "reopens": avN("2")},
+		"c#payments#override":                {"override": avS("force-open"), "until": avN("4100003600000"), "expires": avN("4100090000")},
+		"c#payments#w#4100000000000":         {"successes": avN("2"), "failures": avN("3"), "envs": &types.AttributeValueMemberSS{Value: []string{"env-1"}}, "expires": avN("4100000030")},
+		fmt.Sprintf("c#payments#p#%d", slot): {"epoch": avN("1"), "lease_until": avN("4100000005000"), "expires": avN("4100086405")},
 	}
 	for pk, attrs := range want {
 		got := getItem(t, api, table, pk)
@@ -517,7 +524,7 @@ func TestDynamoSetOverrideReplacesEnd(t *testing.T) {
 	api := newStoreClient(t)
 	table := newTable(t)
 	cs := newBreakerStore(t, api, table)
-	w := time.UnixMilli(1_700_000_000_000)
+	w := farWindow
 	const pk = "c#ends#override"
 
 	steps := []struct {
@@ -526,9 +533,9 @@ func TestDynamoSetOverrideReplacesEnd(t *testing.T) {
 		until time.Time
 		want  map[string]types.AttributeValue
 	}{
-		{"an override with an end", breaker.ForcedOpen, w.Add(time.Hour), map[string]types.AttributeValue{"override": avS("force-open"), "until": avN("1700003600000"), "expires": avN("1700090000")}},
+		{"an override with an end", breaker.ForcedOpen, w.Add(time.Hour), map[string]types.AttributeValue{"override": avS("force-open"), "until": avN("4100003600000"), "expires": avN("4100090000")}},
 		{"then one without", breaker.ForcedOpen, time.Time{}, map[string]types.AttributeValue{"override": avS("force-open")}},
-		{"then another end", breaker.Disabled, w.Add(2 * time.Hour), map[string]types.AttributeValue{"override": avS("disabled"), "until": avN("1700007200000"), "expires": avN("1700093600")}},
+		{"then another end", breaker.Disabled, w.Add(2 * time.Hour), map[string]types.AttributeValue{"override": avS("disabled"), "until": avN("4100007200000"), "expires": avN("4100093600")}},
 		{"then none, which has no end", breaker.NoOverride, w.Add(3 * time.Hour), map[string]types.AttributeValue{"override": avS("none")}},
 	}
 	for _, s := range steps {
