@@ -64,6 +64,9 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	// Before any test, so that the leak checks ignore its goroutine.
+	stopStalls := startStallMonitor()
+	defer stopStalls()
 	if testing.Short() {
 		return m.Run()
 	}
