@@ -565,7 +565,7 @@ func TestTransportAttemptTimeout(t *testing.T) {
 		release := make(chan struct{})
 		defer close(release) // before the server closes, which waits for the handlers
 		var n atomic.Int64
-		var firstGaveUp atomic.Int64 // fake ns since the start when the hanging attempt's context ended
+		var firstGaveUp atomic.Int64 // bubble time since the start at which the server saw the first attempt go
 		start := time.Now()
 		base, stop := pipenet.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.Copy(io.Discard, r.Body) // lets the server notice the client hanging up
@@ -593,6 +593,10 @@ func TestTransportAttemptTimeout(t *testing.T) {
 		// (the backoff waits are on the test's fake clock).
 		if took := time.Since(start); took != 20*time.Millisecond {
 			t.Errorf("the call took %v of the bubble's time; want exactly the 20ms attempt timeout", took)
+		}
+		synctest.Wait() // the server has noticed the first attempt go
+		if gone := time.Duration(firstGaveUp.Load()); gone != 20*time.Millisecond {
+			t.Errorf("the partner saw the first attempt go after %v; want when its 20ms timeout ended it", gone)
 		}
 		// The successful attempt's context lives until the body is closed.
 		if len(tt.ctxs) != 1 || tt.ctxs[0].Err() == nil {
