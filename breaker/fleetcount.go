@@ -144,23 +144,31 @@ func (b *Breaker) pendStartLocked(now time.Time) {
 
 // samplingFactorLocked returns k: one call in k is sampled, each counting
 // for k. It aims at targetSamplesPerSecond fleet-wide, from the fleet's
-// request rate over the complete buckets of the rolling window in the
-// snapshot held (the estimates there are unbiased whatever k was then),
-// and is initialSampling while no bucket is complete.
+// request rate: the requests of the complete buckets of the rolling window
+// in the snapshot held (the estimates there are unbiased whatever k was
+// then), over the span since the oldest of them that has counts. Counts
+// land in the bucket of their report, up to ReportInterval after their
+// calls, so one bucket can hold a ReportInterval of a fleet's calls
+// (environments that report together): the span is never shorter than
+// ReportInterval, nor longer than the complete buckets. While the watch is
+// young the rate comes out low (k smaller: more samples, never fewer). k
+// is initialSampling while no complete bucket has counts.
 func (b *Breaker) samplingFactorLocked(now time.Time) int64 {
 	cur := b.bucketOf(now)
-	var req, full int64
+	var req int64
+	oldest := cur
 	for _, bk := range b.snap.Buckets {
 		if bk.Num > cur-FleetSlots && bk.Num < cur && bk.Requests > 0 {
 			req += bk.Requests
-			full++
+			oldest = min(oldest, bk.Num)
 		}
 	}
-	if full == 0 {
+	if req <= 0 {
 		return initialSampling
 	}
-	perSecond := float64(req) / (float64(full) * b.s.Window.Seconds() / FleetSlots)
-	return max(1, int64(math.Ceil(perSecond/targetSamplesPerSecond)))
+	bucket := b.s.Window / FleetSlots
+	span := min(max(time.Duration(cur-oldest)*bucket, b.s.ReportInterval), (FleetSlots-1)*bucket)
+	return max(1, int64(math.Ceil(float64(req)/span.Seconds()/targetSamplesPerSecond)))
 }
 
 // accountFleetLocked counts the outcome of a call admitted while the fleet
@@ -359,15 +367,28 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 }
 
 // fleetCountsLocked sums the buckets of the rolling window ending at now
-// in the snapshot held.
-func (b *Breaker) fleetCountsLocked(now time.Time) (successes, failures, samples int64) {
+// in the snapshot held: the weighted successes and failures, and the
+// effective number of samples behind them. Samples weigh the sampling
+// factor they were drawn with, which changes as the fleet's rate does;
+// with unequal weights a few heavy samples would decide the estimate, so
+// the count that its standard error (and MinRequests) goes by is Kish's
+// effective sample size (Σw)² ÷ Σw², each bucket's samples taken at their
+// mean weight. With equal weights it is the number of samples.
+func (b *Breaker) fleetCountsLocked(now time.Time) (successes, failures int64, samples float64) {
 	cur := b.bucketOf(now)
+	var sumW, sumW2 float64
 	for _, bk := range b.snap.Buckets {
 		if bk.Num > cur-FleetSlots && bk.Num <= cur {
 			successes += bk.Successes
 			failures += bk.Failures
-			samples += bk.Samples
+			if w := float64(bk.Successes + bk.Failures); w > 0 && bk.Samples > 0 {
+				sumW += w
+				sumW2 += w * w / float64(bk.Samples)
+			}
 		}
+	}
+	if sumW2 > 0 {
+		samples = sumW * sumW / sumW2
 	}
 	return successes, failures, samples
 }
@@ -375,16 +396,17 @@ func (b *Breaker) fleetCountsLocked(now time.Time) (successes, failures, samples
 // fleetTripsLocked reports whether the fleet's counts, as the snapshot
 // held has them, call for a trip at now: over the rolling window (the
 // FleetSlots buckets ending with now's), at least MinRequests sampled
-// outcomes, and an estimated failure ratio of at least FailureRatio plus
-// tripZ standard errors of a sample of that many outcomes. The counts
-// come from samples chosen before their outcome was known, so the
-// estimate is unbiased (see the package documentation for what remains).
+// outcomes (effective: see fleetCountsLocked), and an estimated failure
+// ratio of at least FailureRatio plus tripZ standard errors of a sample of
+// that many outcomes. The counts come from samples chosen before their
+// outcome was known, so the estimate is unbiased (see the package
+// documentation for what remains).
 func (b *Breaker) fleetTripsLocked(now time.Time) bool {
 	s, f, n := b.fleetCountsLocked(now)
 	total := s + f
-	if total == 0 || n < max(b.s.MinRequests, 1) {
+	if total == 0 || n < float64(max(b.s.MinRequests, 1))-1e-9 {
 		return false
 	}
 	fr := b.s.FailureRatio
-	return float64(f)/float64(total) >= fr+tripZ*math.Sqrt(fr*(1-fr)/float64(n))
+	return float64(f)/float64(total) >= fr+tripZ*math.Sqrt(fr*(1-fr)/n)
 }
