@@ -5,7 +5,8 @@
 // A Breaker on its own is in-memory and per process. Given a Store (package
 // local for one process, package dynamo for a fleet of AWS Lambda execution
 // environments) its state is shared: opening it anywhere blocks first
-// attempts everywhere.
+// attempts everywhere. With Settings.Adaptive it throttles instead of
+// stopping (see Adaptive throttling below).
 //
 // # Using a breaker
 //
@@ -57,105 +58,89 @@
 // with optimistic concurrency: every transition names the epoch it was
 // decided on and fails with ErrConflict if another environment moved
 // first, in which case the breaker adopts the state the winner wrote; no
-// write ever overwrites a newer state. Each Breaker:
+// write ever overwrites a newer state. The fleet's counts live in the same
+// state item, as FleetSlots (10) buckets of Window/FleetSlots (1 s) each,
+// emptied by every transition: counts from before a trip never count
+// after it.
 //
-//   - caches the fleet state for CacheTTL (1 s): when the cache is stale,
-//     exactly one caller reloads it (Store.Load) while concurrent callers
-//     go on with the stale state; no lock is held across a Store call;
-//   - counts outcomes locally, always, and while this environment sees
-//     failures, reports its successes and failures for the current fleet
-//     window (windows of length Window aligned to the Unix epoch, so every
-//     environment uses the same keys): at its first failure in a window,
-//     then at most once per ReportInterval (1 s); what it gathered for a
-//     window that has ended and not yet reported (the remainder) is due at
-//     once, whatever ReportInterval says, and goes once: with the first
-//     Done or Flush that notices the window's end, or, if a Report is in
-//     flight then, with the next one; remainders waiting are queued, never
-//     replaced by a later window's; a window without failures is never
-//     reported (and each failed local probe while held is, see below);
-//   - sends on Flush only what is due: every remainder of an ended window
-//     not yet sent, and the current window's counts if its last report is
-//     at least ReportInterval old (as of the latest time it has seen). A Lambda handler that calls Flush after every
-//     invocation reports at the pace of an environment that never calls
-//     it; Flush only makes sure that what is due goes before the
-//     environment may be frozen;
-//   - trips the fleet (Closed→Open) on a sliding-window estimate of the
-//     fleet's failure ratio, made from the totals its Reports returned:
-//     at a fraction f of fleet window w, the totals last seen for w−1
-//     count for (1 − f) and those of w fully (those of w alone when it saw
-//     none of w−1 in the current fleet epoch). The estimate trips when it
-//     holds at least MinRequests (20) calls, at least FailureRatio of them
-//     failures, reported by at least MinReporters (2) environments (the
-//     larger count of the two windows): one sick environment cannot open
-//     the breaker for everyone, and early in a window, when only the
-//     environments that failed first have reported a few calls, the
-//     previous window's totals outweigh them;
-//   - moves the fleet to half-open without a stampede: it waits its own
-//     delay past OpenUntil (drawn with Rand in [0, CacheTTL), once per
-//     epoch; counted from when it learnt of the epoch or came back after
-//     sitting idle past it, if later), reads the state again, and only if
-//     the fleet is still open makes the Open→HalfOpen transition, which
-//     records when the half-open epoch began (as its OpenUntil). Across the
-//     fleet the first environment's transition is read by the others
-//     instead of being repeated. The environment that made it arms the
-//     epoch: it alone asks for the epoch's probe slots (Store.AcquireProbe,
-//     leases of ProbeLease), during the epoch's first 2 × CacheTTL and
-//     until one is refused; the others ask for none. The probe's outcome
-//     closes (HalfOpen→Closed, Reopens reset) or re-opens (HalfOpen→Open,
-//     Reopens+1, doubled duration) the fleet. If the epoch is still
-//     half-open once every lease it gave has lapsed (2 × CacheTTL +
-//     ProbeLease after it began: its probes were lost), the environments
-//     move the fleet to a new half-open epoch the same way (own delay,
-//     read, one conditional write), and the one that succeeds arms it;
-//   - reads an OpenUntil further than MaxOpenDuration × (1 + Jitter) from
-//     now (a bug, a clock far ahead, a hand-edited item) as now +
-//     MaxOpenDuration, the longest it would open for itself;
-//   - honours an operator override read from the Store (force-open,
-//     force-closed, disabled, optionally until a time): it beats the
-//     state machine, and this process's own overrides beat it.
+// Fleet counts. A fleet with no failure anywhere is quiet: nothing is
+// written, and each environment reads the state once per 15 × CacheTTL
+// (15 s). The first failure an environment sees while the fleet is quiet
+// makes it read the state at once and, if the fleet is still quiet, write
+// an alarm: a report with no counts that sets WatchUntil, two Windows
+// ahead. While the fleet watches (reports with failures keep pushing
+// WatchUntil), every environment reads the state once per CacheTTL and
+// samples its calls: one first attempt in k, chosen with Rand before the
+// outcome is known (never a retry: a retry exists because an attempt
+// failed), each counting for k calls; k is derived from the fleet's
+// request rate in the buckets so that about 250 calls a second are
+// sampled fleet-wide, whatever the fleet's size. An environment reports
+// what it sampled at most once per ReportInterval (1 s), Flush included,
+// into the bucket of the report's time (one conditional write, refused if
+// the epoch moved), and drops samples older than the rolling window (an
+// environment frozen with samples pending). The failure that raised the
+// alarm is not counted: only samples chosen independently of the outcome
+// make the estimate unbiased.
 //
-// What the fleet is guaranteed, with every environment's clock and Store
-// answers in order: an open breaker rejects first attempts in every
-// environment within CacheTTL of the trip (a new environment at its first
-// call); the first probe goes within CacheTTL after OpenUntil (or at the
-// first call of any environment after that); at most HalfOpenProbes probes
-// are in flight fleet-wide per half-open epoch, and when an epoch's probes
-// are lost (with their environment, say) the next epoch begins only once
-// all their leases have lapsed; a close reaches every environment within
-// CacheTTL; no single environment's failures open the fleet unless
-// MinReporters is 1. Totals seen in an earlier fleet epoch never enter an
-// estimate, but a window's item holds every count reported into it: counts
-// reported before a close still count in the window that holds the close,
-// so keep OpenDuration × (1 − Jitter) at least Window (the defaults do) if
-// a fresh close must not re-trip on old counts.
+// Tripping. After each of its reports an environment looks at the buckets
+// answered (the rolling window ending now): the fleet trips (Closed→Open)
+// when they hold at least MinRequests sampled outcomes and the estimated
+// failure ratio is at least FailureRatio plus one standard error of a
+// sample of that size. The margin keeps a fleet failing 30% of its calls
+// from tripping on the noise of a few samples (at 20 samples, from 4.8% of
+// the time to 0.03%); with thousands of samples it is negligible. There is
+// no minimum number of environments: one environment alone is the whole
+// fleet, and one sick environment among healthy ones counts for its share
+// of the calls, since the healthy ones sample theirs too. A fleet making
+// fewer than 2 × MinRequests calls a window needs more than a window to
+// gather MinRequests samples: it opens within 3 windows, not 2 (the
+// statistical limit; docs/ARCHITECTURE.md has the figures).
 //
-// The sliding estimate needs the previous window's totals. In the first
-// window in which an environment sees failures (the start of an outage
-// or brownout) it has none, and estimates from that window alone, as fixed
-// windows did: early in it only the environments that have already failed
-// have reported, their few calls over-represent failures, and a fleet
-// failing somewhat below FailureRatio can trip there. From the second
-// window of a brownout on, it cannot (a fleet failing 45% of its calls
-// does not trip at the 50% default, window after window).
+// The move to half-open is made without a stampede: each environment
+// waits its own delay past OpenUntil (drawn with Rand in [0, CacheTTL),
+// once per epoch), reads the state again, and only if the fleet is still
+// open makes the Open→HalfOpen transition, which records when the
+// half-open epoch began (as its OpenUntil). An environment that learns of
+// the epoch late (its calls are far apart, or it was frozen) makes the
+// move at its first call past that time, on the state it has just read:
+// a caller of any gap gets its probe within OpenDuration (plus jitter) +
+// its gap + CacheTTL. The environment that made the move arms the epoch:
+// it alone asks for the epoch's probe slots (Store.AcquireProbe, leases of
+// ProbeLease), during the epoch's first 2 × CacheTTL and until one is
+// refused. The probe's outcome closes (HalfOpen→Closed, Reopens reset) or
+// re-opens (HalfOpen→Open, Reopens+1, doubled duration) the fleet. If the
+// epoch is still half-open once every lease it gave has lapsed (2 ×
+// CacheTTL + ProbeLease after it began: its probes were lost), the
+// environments move the fleet to a new half-open epoch the same way.
 //
-// What it costs, per environment: healthy (closed, no failures) at most
-// one Load per CacheTTL and no writes, whatever the call rate. During an
-// outage, at most one Report of the current window per ReportInterval
-// while the environment sees failures, plus one remainder per fleet
-// window, Flush included; one Transition per trip or probe result (plus a
-// losing, conflicting one per environment that raced); while open, one
-// Load per CacheTTL, and one more when the open duration ends. For the
-// whole fleet, the end of an open period costs one Open→HalfOpen
-// Transition and at most HalfOpenProbes AcquireProbe calls, plus a
-// conflicting Transition for each environment whose read raced with the
-// winner's write (its delay fell within a Load's staleness of the
-// winner's); a half-open epoch whose probes were lost, the same again per
-// 2 × CacheTTL + ProbeLease. Held on its local state machine (see below),
-// an environment makes one Load per CacheTTL and one Report per failed
-// probe. With package dynamo's Store, a Load is one eventually consistent
-// read request (the state and the override item), an AcquireProbe one
-// conditional write per slot tried (all HalfOpenProbes slots when it is
-// refused), and every other call one conditional write.
+// An OpenUntil further than MaxOpenDuration × (1 + Jitter) from now (a
+// bug, a clock far ahead, a hand-edited item) reads as now +
+// MaxOpenDuration. An operator override read from the Store (force-open,
+// force-closed, disabled, optionally until a time) beats the state
+// machine, and this process's own overrides beat it; it reaches a quiet
+// environment within 15 × CacheTTL. OnStateChange tells a transition this
+// environment wrote (StateChange.Origin is OriginWrote: one per fleet
+// transition, fleet-wide) from one it followed (OriginFollowed) or decided
+// alone (OriginLocal).
+//
+// What it costs, per environment: quiet, one Load per 15 × CacheTTL and
+// no writes. Watching, one Load per CacheTTL and at most one report per
+// ReportInterval, and only while it samples something (about 250 sampled
+// calls a second fleet-wide); one alarm per failure that finds the fleet
+// quiet, at most once per CacheTTL (almost always only the first
+// environment's, since a failure reads the state first). A trip or probe
+// result is one Transition (plus a refused one for each environment that
+// raced); the end of an open period one Open→HalfOpen Transition and at
+// most HalfOpenProbes AcquireProbe calls. With package dynamo's Store a
+// Load is one eventually consistent BatchGetItem (the state and override
+// items), a report one conditional write on the state item (at most two),
+// and the state item stays under 1 KB whatever the fleet's size.
+// docs/ARCHITECTURE.md has the derivations and the remaining bias.
+//
+// A Lambda environment thawed after a long freeze reads the state before
+// it trusts it: its first Load after idling more than 2 × 15 × CacheTTL
+// (and every environment's first Load) gets coldLoadFactor (4) ×
+// StoreTimeout, since its connection to the Store is new.
 //
 // An Excluded probe (its caller canceled, say) keeps its fleet slot until
 // its lease lapses: the Store contract has no release. The arming
@@ -164,22 +149,16 @@
 // half-open epoch (2 × CacheTTL + ProbeLease after this one began) for a
 // probe.
 //
-// Counts reported to a fleet window are never sent twice by the Breaker:
-// what it hands to Report is remembered for the window (in the current
-// generation) whatever the Report's fate, and left out when, back from a
-// Store fault in the same window, it gathers its counts again from the
-// rolling window. The bound that remains: a Report that failed before it
-// was applied loses its counts (those gathered since the environment's
-// previous report), and a Report applied whose answer was lost is not
-// repeated by the Breaker but may be by the Store itself; package dynamo's
-// client makes at most one SDK retry, so at most one Report's counts per
-// lost answer are added twice (never its environment as a reporter: the
-// reporters are a set).
+// Sampled counts are never sent twice by the Breaker: they leave it when
+// their report is decided, whatever the report's fate. A report that
+// failed before it was applied loses them; one applied whose answer was
+// lost is not repeated by the Breaker but may be by the Store itself
+// (package dynamo's client makes at most one SDK retry).
 //
 // # When the Store fails
 //
 // Every Store call runs under context.WithTimeout(ctx, StoreTimeout)
-// (50 ms), in a goroutine of its own, so it never blocks the caller past
+// (50 ms; a cold Load, four times that), in a goroutine of its own, so it never blocks the caller past
 // StoreTimeout or ctx's deadline even if the Store ignores its context,
 // and a panicking Store is recovered. A fault (an error that is neither
 // ErrConflict nor ErrProbeDenied, a timeout, a malformed snapshot) is
@@ -221,10 +200,9 @@
 // as a local probe (no fleet probe slot, no fleet transition); a success
 // closes it and it rejoins the fleet, a failure opens it again, locally,
 // for the doubled duration. Meanwhile it reads the fleet state once per
-// CacheTTL and reports each failed probe to the fleet window, so that the
-// fleet trips if MinReporters environments see the outage (such a Report
-// trips the fleet like anyone's when the fleet's counts call for it); it
-// never writes Open to the fleet on its own. As soon as the fleet is open
+// CacheTTL (its probes are not fleet samples: the environments that
+// follow the fleet sample their calls, and trip it if the partner is
+// down); it never writes Open to the fleet on its own. As soon as the fleet is open
 // or half-open, or an operator's override is in force, the fleet state
 // takes over: a held environment then follows the fleet's schedule like
 // any other (its own delay past the fleet's OpenUntil, its local probe

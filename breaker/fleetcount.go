@@ -218,10 +218,17 @@ func (b *Breaker) countRequestLocked(now time.Time, w int32) {
 	}
 }
 
-// pendStartLocked notes the bucket of the first count pending.
+// pendStartLocked notes the bucket of the first count pending, after
+// dropping pending counts older than the rolling window (an environment
+// frozen with samples pending): they would be reported into a bucket they
+// were not gathered in.
 func (b *Breaker) pendStartLocked(now time.Time) {
+	cur := b.bucketOf(now)
+	if b.pend.first != 0 && b.pend.first <= cur-FleetSlots {
+		b.pend = pending{sawFailure: b.pend.sawFailure}
+	}
 	if b.pend.first == 0 {
-		b.pend.first = b.bucketOf(now)
+		b.pend.first = cur
 	}
 }
 
@@ -411,6 +418,9 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 	)
 	switch {
 	case err == nil:
+		// A report's answer carries no override (the Store contract): keep
+		// the one last read.
+		snap.Override, snap.OverrideUntil = b.snap.Override, b.snap.OverrideUntil
 		b.lowerRead = false
 		b.adoptLocked(j.now, snap, false, false, OriginFollowed)
 		b.loadedAt = later(b.loadedAt, j.now)
@@ -427,8 +437,10 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 		}
 	case errors.Is(err, ErrConflict):
 		// The fleet moved to another epoch: the counts belonged to the
-		// old one and are dropped. Follow the state answered, as a
+		// old one and are dropped. Follow the state answered (with the
+		// override last read: the answer carries none), as a
 		// Transition's conflict does.
+		snap.Override, snap.OverrideUntil = b.snap.Override, b.snap.OverrideUntil
 		b.followConflictLocked(j.now, j.epoch, snap)
 	case ctx.Err() != nil:
 		// The caller's context ended, not the store.

@@ -50,9 +50,11 @@ func TestFleetGrid(t *testing.T) {
 //   - at FailureRatio + 0.2 or above it is open in every environment
 //     within 2 windows: the fleet opens within 2 windows, and from then
 //     on no first attempt reaches the partner until the open period can
-//     end (a probe, OpenDuration less jitter after the trip);
+//     end (a probe, OpenDuration less jitter after the trip); a fleet
+//     making fewer than 2 × MinRequests first attempts a window (20
+//     environments × 1 call per window), within 3;
 //
-//   - no item takes more than 1,000 WCU/s or 3,000 RCU/s;
+//   - the breaker's item stays below 1,000 WCU/s and 3,000 RCU/s;
 //
 //   - healthy reads per call are at most 0.1 at 1,000 environments × 1
 //     call/s.
@@ -77,13 +79,21 @@ func TestFleetGridAcceptance(t *testing.T) {
 					c, 100*c.FailureRatio, at, r.Breaker.TrueFailureRatio)
 			}
 		case c.FailureRatio >= fr+0.2-1e-9:
+			// A fleet that makes fewer than 2 × MinRequests first attempts
+			// a window needs a window holding MinRequests samples: it
+			// opens within 3 windows (the statistical limit; see the
+			// package documentation).
+			within := 2 * r.Window
+			if float64(c.Envs)*c.CallsPerWindow < 2*float64(breaker.DefaultMinRequests) {
+				within = 3 * r.Window
+			}
 			opened := r.OpenedAfter()
-			if opened == fleetsim.Never || opened > 2*r.Window {
-				t.Errorf("%v: a fleet failing %.0f%% of its attempts opened %v after the failures began, want within 2 windows",
-					c, 100*c.FailureRatio, opened)
+			if opened == fleetsim.Never || opened > within {
+				t.Errorf("%v: a fleet failing %.0f%% of its attempts opened %v after the failures began, want within %v",
+					c, 100*c.FailureRatio, opened, within)
 				continue
 			}
-			from := r.FailFrom + 2*r.Window
+			from := r.FailFrom + within
 			until := r.Breaker.FleetOpen + time.Duration(float64(breaker.DefaultOpenDuration)*(1-breaker.DefaultJitter))
 			var slipped int64
 			for i, sec := range r.Seconds {
@@ -96,10 +106,12 @@ func TestFleetGridAcceptance(t *testing.T) {
 					c, slipped, opened)
 			}
 		}
-		for _, h := range []fleetsim.HotItem{r.Store.Budget, r.Store.Breaker} {
-			if h.PeakWriteUnits > 1000 || h.PeakReadUnits > 3000 {
-				t.Errorf("%v: item %s took %.0f WCU/s, %.0f RCU/s", c, h.WriteItem, h.PeakWriteUnits, h.PeakReadUnits)
-			}
+		// The capacity model throttles an item at 1,000 WCU/s and 3,000
+		// RCU/s, so an item that reached either limit may have been
+		// refused requests: the breaker's must stay below them. (The
+		// global budget's item is issue 11's: budget/'s grid tests.)
+		if h := r.Store.Breaker; h.PeakWriteUnits >= 1000 || h.PeakReadUnits >= 3000 {
+			t.Errorf("%v: the breaker's item %s took %.0f WCU/s, %.0f RCU/s", c, h.WriteItem, h.PeakWriteUnits, h.PeakReadUnits)
 		}
 	}
 }

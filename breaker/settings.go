@@ -112,7 +112,9 @@ type Settings struct {
 	// Rand returns uniformly distributed numbers in [0, 1) for the jitter
 	// and, in shared mode, for this environment's delay past the end of an
 	// open period (in [0, CacheTTL), drawn once per fleet epoch: see the
-	// package documentation). nil means math/rand/v2's Float64. It is called with the breaker's
+	// package documentation) and for the draw that samples a call for the
+	// fleet's counts (one in k: a Rand that returns a constant samples all
+	// calls or none). nil means math/rand/v2's Float64. It is called with the breaker's
 	// lock held, so it need not be safe for concurrent use unless several
 	// breakers share it. Values outside [0, 1) are clamped.
 	Rand func() float64

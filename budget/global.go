@@ -44,6 +44,10 @@ const (
 	// withdraws. One means every global retry costs one write and no
 	// environment ever holds allowance another could use.
 	DefaultLeaseSize = 1
+	// DefaultDepositIntervals is the number of contact intervals in a
+	// window when GlobalConfig.DepositInterval is zero: the interval is
+	// Window / DefaultDepositIntervals (2.5 s with the default Window).
+	DefaultDepositIntervals = 4
 	// DefaultStoreTimeout bounds every Store call.
 	DefaultStoreTimeout = 50 * time.Millisecond
 	// DefaultFaultCooldown is how long Global answers from memory after a
@@ -81,7 +85,10 @@ type GlobalConfig struct {
 	// zero means DefaultGlobalWindow. Windows are aligned to the Unix epoch
 	// (window i covers [i×Window, (i+1)×Window) since 1970-01-01 UTC), so
 	// every environment computes the same store keys without talking to the
-	// others. Allowance never carries over from one window to the next.
+	// others. Allowance never carries over from one window to the next;
+	// requests an environment had not reported when a window ended are
+	// deposited with its next write if that write is in the next window
+	// (see Global).
 	Window time.Duration
 
 	// Floor is the number of retries the whole fleet may make in a window
@@ -98,46 +105,68 @@ type GlobalConfig struct {
 
 	// Shards is the number of store items one window of the budget is
 	// spread over, in [1, MaxGlobalShards]; zero means DefaultGlobalShards.
-	// Each store call picks one shard at random. A store item takes at most
-	// about 1,000 writes per second (DynamoDB's per-partition limit), and
-	// Global makes about one write per lease: see Global for sizing.
+	// A store item takes at most about 1,000 writes per second (DynamoDB's
+	// per-partition limit); see "Sharding" in Global's documentation for
+	// the number to choose.
 	Shards int
 
 	// LeaseSize is the largest number of retries one store write
 	// withdraws, in [1, MaxLeaseSize]; zero means DefaultLeaseSize. The
 	// first lease an environment takes in a window is one retry; each
-	// further lease in the same window doubles, up to LeaseSize. Retries
-	// left in a lease are handed to later callers in this environment
-	// without a store call, until the window ends. Larger leases save
-	// writes when one environment retries often (many concurrent
-	// invocations); they also let an environment hold up to LeaseSize-1
-	// retries that others in the fleet cannot use, which can only make the
-	// fleet grant fewer retries, never more.
+	// further lease in the same window doubles, up to LeaseSize, and never
+	// more than the environment last saw in the shard. Retries left in a
+	// lease are handed to later callers in this environment without a
+	// store call, until the window ends. Larger leases save writes when one
+	// environment retries often (many concurrent invocations); they also
+	// let an environment hold up to LeaseSize-1 retries that others in the
+	// fleet cannot use, which can only make the fleet grant fewer retries,
+	// never more.
 	LeaseSize int
+
+	// DepositInterval (D) spaces the store contacts of an environment that
+	// is retrying. After every store call the environment draws its next
+	// contact at now + D × U(0.5, 1.5), with Rand: until then Flush writes
+	// nothing and AcquireRetry refuses from memory when the environment's
+	// last answer from the store says its shard cannot fund a retry. It
+	// must be positive and at most Window; zero means
+	// Window / DefaultDepositIntervals (2.5 s with the default Window).
+	// A retrying environment makes about one deposit per D, so the writes
+	// of a retrying fleet are about environments ÷ D per second, spread
+	// over the window; a shorter D reports requests sooner (less is carried
+	// into the next window, refusals are answered sooner) for more writes.
+	DepositInterval time.Duration
 
 	// StoreTimeout bounds each Store call: it runs under
 	// context.WithTimeout(ctx, StoreTimeout). Zero means
 	// DefaultStoreTimeout; it must not be negative.
 	StoreTimeout time.Duration
 
-	// FaultCooldown is how long, after a store call failed (not a refusal:
-	// a timeout, throttling, a malformed answer), AcquireRetry and Flush
-	// answer without calling the store, as they would for a fault. It keeps
-	// a failing table from adding StoreTimeout to every retry and from
-	// being hammered while it recovers. Zero means DefaultFaultCooldown; a
-	// negative value disables it (every call tries the store).
+	// FaultCooldown is how long, after a store call failed (not a refusal
+	// nor a throttle: a timeout, a malformed answer, an unreachable table),
+	// AcquireRetry and Flush answer without calling the store, as they
+	// would for a fault. It keeps a failing table from adding StoreTimeout
+	// to every retry and from being hammered while it recovers. Zero means
+	// DefaultFaultCooldown; a negative value disables it (every call tries
+	// the store).
 	FaultCooldown time.Duration
 
-	// FailClosed chooses what AcquireRetry answers when the store cannot
-	// decide. False (fail open, the default) answers an *UnavailableError,
-	// so that a Layered composition lets the other layers (the local
-	// budget) decide alone. True answers an *ExhaustedError (whose Err is
-	// the *UnavailableError), which refuses the retry.
-	FailClosed bool
+	// FailOpen chooses what AcquireRetry answers when the store fails
+	// (timeout, unreachable, malformed item). False (fail closed, the
+	// default) refuses the retry with an *ExhaustedError whose Cause is an
+	// *UnavailableError: a slow or broken table never lifts the fleet's
+	// bound. True answers the *UnavailableError itself, so that a Layered
+	// composition (and the retry.Executor) lets the other layers, the local
+	// budget in each environment, decide alone; the fleet's retries are
+	// then bounded by those layers, which Lambda multiplies. Either way the
+	// fault is reported (errors.Is(err, ErrUnavailable) holds). A throttled
+	// store call (ErrThrottled) is always a refusal, whatever FailOpen says.
+	FailOpen bool
 
-	// Rand returns a number in [0, 1) to pick the shard of a store call;
-	// nil means math/rand/v2's Float64. Global calls it with its lock held,
-	// so it need not be safe for concurrent use unless it is shared.
+	// Rand returns a number in [0, 1) to pick the shard of a store call
+	// and to jitter the contact schedule; nil means math/rand/v2's Float64.
+	// Global calls it with its lock held, so it need not be safe for
+	// concurrent use unless it is shared. Seed it differently in every
+	// environment, or the environments' contacts line up.
 	Rand func() float64
 
 	// Now is the clock Flush reads; nil means time.Now. Every other method
@@ -153,16 +182,26 @@ type GlobalStats struct {
 	Granted int64
 	// Returned counts grants given back with RetryNotUsed.
 	Returned int64
-	// Refused counts AcquireRetry calls that refused, whether the store
-	// refused or the exhausted-until cache did (CachedRefusals).
+	// Refused counts AcquireRetry calls that refused: from memory
+	// (CachedRefusals), after a store call (RefusalWrites), throttled, or,
+	// when failing closed, because the store failed.
 	Refused int64
 	// CachedRefusals counts refusals answered from memory, without a store
-	// call, because the store refused earlier in the same window.
+	// call: the environment's last answer from the store said its shard
+	// could not fund a retry, and its next contact was not due.
 	CachedRefusals int64
+	// RefusalWrites counts store calls made by AcquireRetry calls that then
+	// refused. Each refusal makes at most one, so RefusalWrites <= Refused
+	// always holds.
+	RefusalWrites int64
+	// Throttled counts store calls answered with ErrThrottled (by
+	// AcquireRetry, a refusal; by Flush, an *UnavailableError). Their
+	// requests stay pending: a throttled call applied nothing.
+	Throttled int64
 	// Unavailable counts AcquireRetry calls the store could not decide: a
-	// fault, the fault cooldown, or ctx done before the call. With
-	// FailClosed they were answered with an *ExhaustedError, otherwise
-	// with an *UnavailableError.
+	// fault, the fault cooldown, or ctx done before the call. Failing
+	// closed (the default) they were also refused (and count in Refused);
+	// with FailOpen they were answered with an *UnavailableError.
 	Unavailable int64
 	// StoreCalls counts Store.Apply calls, whatever their outcome.
 	StoreCalls int64
@@ -171,16 +210,25 @@ type GlobalStats struct {
 	// always holds: every retry handed out was withdrawn from the store.
 	Leases        int64
 	LeasedRetries int64
-	// Faults counts store calls that failed other than by a refusal; the
-	// caller cannot know whether they were applied.
+	// Deposits counts store calls that only deposited (Take zero): the
+	// scheduled contacts of Flush and of AcquireRetry.
+	Deposits int64
+	// Faults counts store calls that failed other than by a refusal or a
+	// throttle; the caller cannot know whether they were applied.
 	Faults int64
 	// ReportedRequests counts requests whose allowance a successful store
-	// call deposited.
+	// call deposited, CarriedRequests those of them deposited into the
+	// window after their own (see Global).
 	ReportedRequests int64
+	CarriedRequests  int64
 	// LostRequests counts requests whose allowance was sent in a store
 	// call that failed. It is never sent again: it may or may not have
 	// reached the store, and sending it twice could count it twice.
 	LostRequests int64
+	// SkippedRequests counts requests never deposited because they were
+	// made, before the environment engaged, in an earlier period of
+	// DepositInterval than the one before its first ask (see Global).
+	SkippedRequests int64
 }
 
 // Global is the fleet-wide retry ratio: at most Ratio retries per request
@@ -196,34 +244,54 @@ type GlobalStats struct {
 // millionths of a retry (AllowancePerRetry).
 //
 //   - RecordRequest counts the request in memory, in the slot of its
-//     window: one compare-and-swap, no lock, no allocation, no I/O. On the
-//     healthy path nothing else happens, so a healthy fleet makes zero
-//     store calls.
-//   - AcquireRetry first hands out a retry left in this environment's lease
-//     for the window, without a store call. Otherwise it makes one
-//     Store.Apply on a random shard that, in one atomic conditional update,
-//     deposits the allowance earned by this environment's unreported
-//     requests of the window (Ratio × n) and takes a lease of k retries.
-//     One retry goes to the caller, the other k-1 into the lease.
-//   - If the store refuses (the shard holds too little), the deposit was
-//     not applied; Global banks it with a second Apply that takes nothing
-//     (it cannot be refused), so that fractions of a retry from many
-//     environments still add up in the pool, and remembers "exhausted until
-//     the window ends". Until then, AcquireRetry refuses from memory with
-//     no store call, unless this environment's own new requests have earned
-//     a whole retry: a call that deposits at least what it takes cannot be
-//     refused, so it is made (and grants). A refused lease of k > 1 is
-//     retried once at the size the refusal showed was available.
+//     window: one compare-and-swap, no lock, no allocation, no I/O.
+//   - An environment is engaged in window w when it asked for a global
+//     retry (AcquireRetry) in w or in w-1. Only an engaged environment
+//     writes. A fleet in which nobody retries makes no store call at all;
+//     Flush is then a no-op. When an environment engages, its first write
+//     deposits only its requests of the last D to 2 × D (RecordRequest
+//     also counts them per period of D): the requests it made while it
+//     had nothing to retry would otherwise fund a burst of retries at an
+//     outage's onset when the outage starts late in a window
+//     (SkippedRequests).
+//   - An engaged environment contacts the store on a jittered schedule:
+//     after every store call it draws its next contact at
+//     now + D × U(0.5, 1.5), D = DepositInterval. Flush (called after every
+//     Lambda invocation) makes one deposit-only write, Apply{Deposit, Take
+//     0}, when the contact is due and requests are unreported; such a write
+//     cannot be refused. So each retrying environment deposits about once
+//     per D wherever its calls fall, and the fleet's deposits are spread
+//     evenly over the window.
+//   - Every answer from the store (the allowance after the update, or as
+//     it stands after a refusal) is kept as this environment's view of the
+//     shard it wrote to. AcquireRetry first hands out a retry left in this
+//     environment's lease for the window, with no store call. Otherwise, if
+//     the view says the shard cannot fund one retry even with this
+//     environment's own unreported deposit and the next contact is not
+//     due, it refuses from memory. Otherwise it makes one store write: when
+//     the view says the shard (with the deposit) can fund a retry, or there
+//     is no view yet, the conditional Apply{Deposit, Take k} that reports
+//     the requests and takes a lease of k retries (one to the caller, k-1
+//     kept in memory for the window); else a deposit-only write, and the
+//     retry is refused. A refused Apply applies nothing and its deposit
+//     stays pending for the next contact: a refusal costs at most one
+//     write. A new window starts with the view of the previous one: an
+//     environment that last saw a dry shard waits for its next contact
+//     rather than write at the window's first instant, so window edges do
+//     not synchronise the fleet.
+//   - A refusal's RetryAfter is the time to this environment's next
+//     contact, so refused callers come back spread over the window too.
+//   - A write in window w deposits the requests recorded in w and, if the
+//     environment was engaged in w-1, those of w-1 it had not reported when
+//     w-1 ended (the carry). Requests are carried at most once, never
+//     older than one window: what is still unreported when w+1 starts is
+//     dropped.
+//   - A throttled store call (ErrThrottled) applied nothing: it is a
+//     refusal, whatever FailOpen says, the deposit stays pending, and the
+//     environment's view becomes "dry" until its next contact.
 //   - RetryNotUsed puts the grant back into the lease if its window is
 //     still the lease's window; RetrySucceeded and RetryFailed keep it
 //     used (a ratio does not refund successful retries).
-//   - Requests counted in a window are deposited only into that window's
-//     items. Counts of an earlier window are dropped rather than deposited
-//     into the current one, where they would fund retries in a window they
-//     did not belong to and the per-window bound would double at every
-//     window boundary. (Two slots, for the current and previous window,
-//     keep a caller whose clock reading is a little behind from corrupting
-//     the current count.)
 //   - RecordSuccess does nothing: the ratio is over requests, and Kind does
 //     not change the price of a retry.
 //
@@ -232,87 +300,102 @@ type GlobalStats struct {
 // For every window w, the retries granted across the fleet and not given
 // back, G(w), satisfy
 //
-//	G(w) <= Ratio × R(w) + Floor
+//	G(w) <= Ratio × (R(w) + C(w)) + Floor
 //
 // where R(w) is the number of requests recorded with a time in w, by all
-// environments together. Proof: each shard item of w starts at its floor
-// share (the shares sum to Floor) and never goes negative, because the
-// store applies an update only if the result is not negative. Every
-// deposit into w carries requests recorded in w, and each request is sent
-// in at most one store call: its count is moved out of memory before the
-// call, put back only after a refusal (which applies nothing), and dropped
-// after a failure whose fate is unknown. So the takes from w's items sum to
-// at most Floor + Ratio × R(w). A retry is handed to a caller only from a
-// take (directly or through the lease, whose tokens are valid only in their
-// window), and a returned grant is handed out again at most once per
-// return. There is no lease slack: an environment cannot hand out more than
-// it withdrew. Summed over a run of windows,
-// G <= Ratio × R + Floor × windows.
+// environments together, and C(w) <= R(w-1) the requests of w-1 carried
+// into w. Proof: each shard item of w starts at its floor share (the
+// shares sum to Floor) and never goes negative, because the store applies
+// an update only if the result is not negative. Every deposit into w
+// carries requests recorded in w or w-1, and each request is sent in at
+// most one store call: its count is moved out of memory before the call,
+// put back only after a refusal or a throttle (which apply nothing), and
+// dropped after a failure whose fate is unknown. So the takes from w's
+// items sum to at most Floor + Ratio × (R(w) + C(w)), and a retry is
+// handed to a caller only from a take (directly or through the lease,
+// whose tokens are valid only in their window). Since each request is
+// deposited at most once, into its own window or the next, over any run of
+// consecutive windows a..b
 //
-// The bound is about Global's own grants. What it does not cover, by
-// design: while the store is failing and FailClosed is false, Global
-// abstains and the retries the other layers grant are bounded by those
-// layers (the local budget in each environment), not by the fleet ratio.
-// An item deleted by TTL and then written again by a caller whose clock is
-// more than max(Window, 1 minute) behind would start again at its floor.
-// Environments whose clocks disagree attribute requests near a boundary to
-// different windows; the bound holds per store window either way.
+//	G(a) + ... + G(b) <= Ratio × (R(a-1) + ... + R(b)) + Floor × (b-a+1).
+//
+// The slack C(w) is small: a request of w-1 is carried only if its
+// environment was engaged in w-1 and recorded it after the start of its
+// last store call in w-1 that was not refused (a refusal or throttle puts
+// the deposit back), which for an environment invoked at least once per D
+// is its last 1.5 × D or so of w-1. Outside the algorithm, the DynamoDB
+// client retries a write at most once, and a retry after a lost answer may
+// apply one deposit twice.
+//
+// The bound is about Global's own grants. With FailOpen, while the store
+// is failing Global abstains and the retries the other layers grant are
+// bounded by those layers (the local budget in each environment), not by
+// the fleet ratio. An item deleted by TTL and then written again by a
+// caller whose clock is more than max(Window, 1 minute) behind would start
+// again at its floor. Environments whose clocks disagree attribute requests
+// near a boundary to different windows; the bound holds per store window
+// either way.
 //
 // Global errs on the side of fewer retries: counts lost with a failed store
-// call, counts of a frozen environment that never reported them, a lease
-// left over at the end of a window, a fraction of a floor share, and a
-// refusal on one shard while another holds allowance all make the fleet
-// grant less than the bound, never more. Healthy environments do not report
-// their requests (that would cost writes on the healthy path), so the ratio
-// is in effect computed over the requests of environments that ask for
-// retries.
+// call, counts of an environment frozen before it reported them, the last
+// moments' deposits of a window nobody takes before it ends, a lease left
+// over at the end of a window, a fraction of a floor share, and a refusal
+// on one shard while another holds allowance all make the fleet grant less
+// than the bound, never more. Environments that are not engaged do not
+// report their requests (that would cost writes on the healthy path), so
+// the ratio is in effect computed over the requests of environments that
+// retry: in an outage, all of them.
 //
 // # Cost
 //
 // Healthy (no environment retrying): zero store calls; RecordRequest is
 // one atomic compare-and-swap; Flush is a no-op.
-// Outage: one write per lease (with LeaseSize 1, one per granted retry);
-// two writes per refusal (the refused update and the bank), then no writes
-// from that environment for the rest of the window except to spend a
-// whole retry it earned itself; one write per Flush that reports at least
-// one retry's worth. Global never reads.
+// Retrying: per engaged environment about one deposit-only write per D;
+// one write per lease (with LeaseSize 1, one per granted retry); at most
+// one write per refusal, none for the refusals answered from memory
+// between contacts. When an outage starts, each environment's first retry
+// makes one write (it has no view yet). Global never reads.
 //
 // # Sharding
 //
-// One item takes at most about 1,000 writes per second. Peak writes per
-// second per budget is about
+// One item takes at most about 1,000 writes per second. The writes per
+// second to one budget are about
 //
-//	peak retries/s ÷ mean lease size + 2 × environments ÷ Window (refusals)
+//	engaged environments ÷ D + granted retries/s ÷ mean lease size
 //
-// and the peak retry rate is at most Ratio × peak requests/s + Floor ÷ Window.
-// With the shard chosen at random, choose
+// (the second term is at most Ratio × requests/s + Floor ÷ Window), and
+// during the first second of an outage up to one first write per
+// environment. With the shard chosen at random, choose
 //
-//	Shards = ceil(peak writes/s ÷ 500)
+//	Shards = ceil(max(that, environments) ÷ 500)
 //
-// (half the item limit, as headroom for the uneven random spread). For
-// example, 20,000 requests/s at Ratio 0.1 gives at most 2,000 retries/s:
-// 4 shards. Every extra shard splits the floor further and raises the
+// (half the item limit, as headroom for the uneven random spread): 1,000
+// environments at 1 call/s each with D = 2.5 s make 400 deposits/s and at
+// most 103 grants/s, but their first retries can come within one second:
+// 2 shards. Every extra shard splits the floor further and raises the
 // chance that a refusal on a dry shard comes while another holds allowance.
 //
 // # Store faults
 //
 // Every store call runs under context.WithTimeout(ctx, StoreTimeout) and
-// AcquireRetry makes at most two, so it returns within 2 × StoreTimeout or
-// ctx's deadline, whichever is first (given a Store that honours ctx, as
-// the contract requires). A fault is answered with an *UnavailableError
-// (or an *ExhaustedError when FailClosed) and starts FaultCooldown, during
-// which AcquireRetry answers the same way from memory. The deposit sent in
-// a failed call is never sent again (see LostRequests): if it was applied,
-// resending would count the requests twice; if not, they are lost, which
-// only lowers the allowance. A lease withdrawn by a call whose answer was
-// lost is likewise never handed out. Global never panics on a Store's
-// answer, whatever the error or allowance it returns.
+// AcquireRetry and Flush make at most one, so they return within
+// StoreTimeout or ctx's deadline, whichever is first (given a Store that
+// honours ctx, as the contract requires). A fault is answered with an
+// *ExhaustedError wrapping an *UnavailableError (or, with FailOpen, the
+// *UnavailableError) and starts FaultCooldown, during which AcquireRetry
+// answers the same way from memory. The deposit sent in a failed call is
+// never sent again (see LostRequests): if it was applied, resending would
+// count the requests twice; if not, they are lost, which only lowers the
+// allowance. A lease withdrawn by a call whose answer was lost is likewise
+// never handed out. Global never panics on a Store's answer, whatever the
+// error or allowance it returns.
 type Global struct {
 	store        Store
 	name         string
 	label        string // Budget field of the errors Global returns
 	cfg          GlobalConfig
 	windowMilli  int64
+	depositMilli int64   // DepositInterval in whole milliseconds, at least 1
 	perRequest   int64   // allowance earned by one request
 	floorShares  []int64 // allowance each shard item starts with
 	expiryMargin time.Duration
@@ -326,7 +409,12 @@ type Global struct {
 	// window. The lock-holding code moves counts out with a CAS that keeps
 	// the tag.
 	slots [2]atomic.Uint64
-	_     [64]byte // keep the hot slots off the mutex's cache line
+	// recent counts, the same way, the requests of the two most recent
+	// periods of DepositInterval (aligned to the epoch) seen, at index
+	// period&1: what an environment made lately, which its first write
+	// after it engages deposits (see skipStaleLocked).
+	recent [2]atomic.Uint64
+	_      [64]byte // keep the hot slots off the mutex's cache line
 
 	storeCalls atomic.Int64
 
@@ -343,11 +431,20 @@ type Global struct {
 	// leased counts the leases taken in window leased.window (their size
 	// doubles within a window).
 	leased heldCount
-	// exhausted is the window in which the store last refused.
-	exhausted int64
-	// engaged is the latest window in which AcquireRetry was called; Flush
-	// reports nothing in other windows.
-	engaged int64
+	// asked is the latest window in which AcquireRetry was called, and
+	// bit i of askedMask is set if it was called in window asked-i.
+	asked     int64
+	askedMask uint64
+	// nextContact is when this environment's next scheduled store contact
+	// is due (the zero time: now).
+	nextContact time.Time
+	// view is what the last store answer said about a shard of one
+	// window.
+	view shardView
+	// quietUntil, set by a throttled call to the next contact, holds back
+	// every write until then, even one this environment's own requests
+	// would fund.
+	quietUntil time.Time
 	// faultUntil ends the cooldown after a store fault.
 	faultUntil time.Time
 	stats      GlobalStats
@@ -359,6 +456,13 @@ type heldCount struct {
 	n      int64
 }
 
+// shardView is the allowance a store answer showed in a shard of one
+// window: after the update, or as it stood when the update was refused.
+type shardView struct {
+	window    int64
+	allowance int64 // clamped to [0, maxViewAllowance]
+}
+
 const (
 	noWindow  = math.MinInt64
 	countBits = 32
@@ -366,6 +470,9 @@ const (
 	// maxHeld caps an environment's unreported requests in one window, so
 	// that a deposit stays far below any store's numeric limits.
 	maxHeld = countMask
+	// maxViewAllowance caps what a view believes a shard holds, so that
+	// sums with a deposit cannot overflow whatever a store answers.
+	maxViewAllowance = 1 << 53
 )
 
 var (
@@ -396,13 +503,14 @@ func NewGlobal(store Store, name string, cfg GlobalConfig) (*Global, error) {
 		label:        GlobalLayer + ":" + name,
 		cfg:          cfg,
 		windowMilli:  cfg.Window.Milliseconds(),
+		depositMilli: max(cfg.DepositInterval.Milliseconds(), 1),
 		perRequest:   max(int64(math.Floor(cfg.Ratio*float64(AllowancePerRetry)+1e-6)), 1),
 		floorShares:  make([]int64, cfg.Shards),
 		expiryMargin: max(cfg.Window, time.Minute),
 		lease:        heldCount{window: noWindow},
 		leased:       heldCount{window: noWindow},
-		exhausted:    noWindow,
-		engaged:      noWindow,
+		asked:        noWindow,
+		view:         shardView{window: noWindow},
 	}
 	g.held[0].window, g.held[1].window = noWindow, noWindow
 	floor := int64(cfg.Floor) * AllowancePerRetry
@@ -450,6 +558,12 @@ func (c GlobalConfig) withDefaults() (GlobalConfig, error) {
 		return c, fmt.Errorf("GlobalConfig.LeaseSize is %d; it must be in [1, %d] (or 0 for the default %d)", c.LeaseSize, MaxLeaseSize, DefaultLeaseSize)
 	}
 	switch {
+	case c.DepositInterval == 0:
+		c.DepositInterval = c.Window / DefaultDepositIntervals
+	case c.DepositInterval < 0 || c.DepositInterval > c.Window:
+		return c, fmt.Errorf("GlobalConfig.DepositInterval is %v; it must be positive and at most Window (%v), or 0 for Window/%d", c.DepositInterval, c.Window, DefaultDepositIntervals)
+	}
+	switch {
 	case c.StoreTimeout == 0:
 		c.StoreTimeout = DefaultStoreTimeout
 	case c.StoreTimeout < 0:
@@ -489,9 +603,15 @@ func (g *Global) Stats() GlobalStats {
 
 // RecordRequest counts a request in memory. It never calls the store.
 func (g *Global) RecordRequest(now time.Time) {
-	w := g.windowIndex(now)
-	tag := uint64(uint32(w)) << countBits
-	s := &g.slots[w&1]
+	ms := now.UnixMilli()
+	w, d := floorDiv(ms, g.windowMilli), floorDiv(ms, g.depositMilli)
+	count(&g.slots[w&1], w)
+	count(&g.recent[d&1], d)
+}
+
+// count adds one to the count of period i in s, a slot of slots or recent.
+func count(s *atomic.Uint64, i int64) {
+	tag := uint64(uint32(i)) << countBits
 	for {
 		v := s.Load()
 		var next uint64
@@ -501,10 +621,10 @@ func (g *Global) RecordRequest(now time.Time) {
 				return // saturated; undercounting is safe
 			}
 			next = v + 1
-		case n == 0 || int32(uint32(w)-uint32(v>>countBits)) > 0:
-			next = tag | 1 // empty, or an older window: start over
+		case n == 0 || int32(uint32(i)-uint32(v>>countBits)) > 0:
+			next = tag | 1 // empty, or an older period: start over
 		default:
-			return // the slot holds a newer window: drop this late request
+			return // the slot holds a newer period: drop this late request
 		}
 		if s.CompareAndSwap(v, next) {
 			return
@@ -512,18 +632,49 @@ func (g *Global) RecordRequest(now time.Time) {
 	}
 }
 
+// countOf returns the count of period i in s, 0 if s holds another.
+func countOf(s *atomic.Uint64, i int64) int64 {
+	v := s.Load()
+	if v&^countMask != uint64(uint32(i))<<countBits {
+		return 0
+	}
+	return int64(v & countMask)
+}
+
+// floorDiv is a ÷ b rounded down (b > 0), also for negative a.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
 // RecordSuccess does nothing: the ratio is over requests, whatever their
 // outcome.
 func (g *Global) RecordSuccess(time.Time) {}
 
+// pending is what one store write in window w reports: requests of w
+// (cur) and requests of w-1 carried into w (carry), moved out of memory
+// until the write's fate is known.
+type pending struct {
+	w, cur, carry int64
+}
+
+func (p pending) n() int64 { return p.cur + p.carry }
+
 // AcquireRetry asks for one retry in the window of now. It is served from
 // this environment's lease when it holds one for the window, refused from
-// memory when the store refused earlier in the window, and otherwise
-// decided by at most two store calls. kind does not change the price.
+// memory when this environment's last answer from the store said its
+// shard cannot fund a retry and its next contact is not due, and otherwise
+// decided by one store call. kind does not change the price.
 //
-// A refusal is an *ExhaustedError whose RetryAfter is the time left in the
-// window. A store fault is an *UnavailableError, or with FailClosed an
-// *ExhaustedError wrapping one.
+// A refusal is an *ExhaustedError whose RetryAfter is the time to this
+// environment's next store contact (zero when the store's last answer
+// showed allowance, which the next call will try to take). A throttled
+// store call is a refusal whose Cause is an *UnavailableError wrapping the
+// store's error. A store fault is an *ExhaustedError whose Cause is an
+// *UnavailableError, or with FailOpen the *UnavailableError.
 func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Release, error) {
 	w := g.windowIndex(now)
 
@@ -534,97 +685,91 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 		g.mu.Unlock()
 		return g.grant(w), nil
 	}
-	if w > g.engaged {
-		g.engaged = w
+	onset := g.asked == noWindow || g.asked < w-1 // its first ask since it was engaged, if ever
+	g.noteAskLocked(w)
+	p := g.harvestPendingLocked(w)
+	if onset {
+		p.cur = g.skipStaleLocked(now, w, p.cur)
 	}
-	pending := g.harvestLocked(w)
-	funded := pending*g.perRequest >= AllowancePerRetry
-	if g.exhausted == w && !funded {
+	deposit := p.n() * g.perRequest
+	est, known := g.estimateLocked(w)
+	fund := !known || est+deposit >= AllowancePerRetry
+	if (!fund || now.Before(g.quietUntil)) && now.Before(g.nextContact) {
 		g.stats.Refused++
 		g.stats.CachedRefusals++
+		after := g.nextContact.Sub(now)
 		g.mu.Unlock()
-		return nil, g.exhaustedError(now, w)
+		return nil, g.refusal(after, nil)
 	}
 	if err := g.blockedLocked(ctx, now); err != nil {
 		g.stats.Unavailable++
 		g.mu.Unlock()
 		return nil, g.faultError(now, err)
 	}
-	take := int64(1)
-	if g.exhausted != w {
+	take := int64(0)
+	if fund {
 		take = g.leaseSizeLocked(w)
+		if known {
+			take = min(take, max((est+deposit)/AllowancePerRetry, 1))
+		}
 	}
-	g.held[w&1].n -= pending // now in flight
 	shard := g.pickShardLocked()
+	g.sendLocked(p)
 	g.mu.Unlock()
 
-	deposit := pending * g.perRequest
 	allowance, err := g.apply(ctx, w, shard, deposit, take*AllowancePerRetry)
-	if errors.Is(err, ErrInsufficient) && take > 1 {
-		// A lease of take did not fit; one of what the shard holds, with
-		// this deposit, may. The refusal applied nothing, so the deposit is
-		// still unsent and may be sent again.
-		avail := max(allowance, 0)
-		if avail <= AllowancePerRetry*MaxLeaseSize && avail+deposit >= AllowancePerRetry && avail+deposit < take*AllowancePerRetry {
-			take = (avail + deposit) / AllowancePerRetry
-			allowance, err = g.apply(ctx, w, shard, deposit, take*AllowancePerRetry)
-			if errors.Is(err, ErrInsufficient) {
-				// Raced with another environment: keep the deposit for
-				// later rather than pay a third write now.
-				g.mu.Lock()
-				g.refusedLocked(w, pending)
-				g.mu.Unlock()
-				return nil, g.exhaustedError(now, w)
-			}
-		}
-	}
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.scheduleLocked(now)
 	switch {
 	case err == nil:
-		g.mu.Lock()
-		g.grantedLocked(w, pending, take, allowance)
-		g.mu.Unlock()
+		g.reportedLocked(p)
+		g.seeLocked(w, allowance)
+		if take == 0 {
+			g.stats.Deposits++
+			break // a contact that found the shard dry: refused below
+		}
+		g.grantedLocked(w, take)
 		return g.grant(w), nil
+	case errors.Is(err, ErrThrottled):
+		// The item is hot: the fleet is asking too often. Refuse rather
+		// than abstain, which would let every local layer retry.
+		g.unappliedLocked(w, p, allowance, err)
+		g.stats.Refused++
+		g.stats.RefusalWrites++
+		return nil, g.refusal(g.nextContact.Sub(now), &UnavailableError{Budget: g.label, Err: err})
 	case errors.Is(err, ErrInsufficient):
-		if deposit > 0 {
-			// Bank the deposit: an update that takes nothing cannot be
-			// refused, and the fleet's fractions add up only in the store.
-			_, err = g.apply(ctx, w, shard, deposit, 0)
-		}
-		g.mu.Lock()
-		switch {
-		case err == nil || errors.Is(err, ErrInsufficient):
-			// Banked, or (a store breaking its contract) refused and so
-			// not applied: keep it.
-			if deposit > 0 && err == nil {
-				g.stats.ReportedRequests += pending
-				pending = 0
-			}
-			g.refusedLocked(w, pending)
-		default:
-			// The bank's fate is unknown: the requests are lost.
-			g.faultLocked(ctx, now, pending)
-			g.refusedLocked(w, 0)
-		}
-		g.mu.Unlock()
-		return nil, g.exhaustedError(now, w)
+		g.unappliedLocked(w, p, allowance, err)
 	default:
-		g.mu.Lock()
-		g.faultLocked(ctx, now, pending)
+		g.faultLocked(ctx, now, p)
 		g.stats.Unavailable++
-		g.mu.Unlock()
-		return nil, g.faultError(now, err)
+		if !g.cfg.FailOpen {
+			g.stats.RefusalWrites++ // failing closed, the fault is a refusal
+		}
+		return nil, g.faultErrorLocked(now, err)
 	}
+	g.stats.Refused++
+	g.stats.RefusalWrites++
+	after := g.nextContact.Sub(now)
+	if g.view.allowance >= AllowancePerRetry {
+		after = 0 // the next AcquireRetry will try to take what the store showed
+	}
+	return nil, g.refusal(after, nil)
 }
 
 // Flush reports this environment's unreported requests of the current
-// window (by the configured Now) when they are worth at least one retry
-// and this environment asked for a global retry in the window: then the
-// allowance can serve others, and it would be lost if the environment were
-// frozen until the window ended. Otherwise it does nothing, so calling it
-// after every Lambda invocation costs no write on the healthy path. It
-// makes at most one store call and returns an *UnavailableError if that
-// call fails (the requests are then lost, never sent again) or is skipped
-// during the fault cooldown (they stay pending).
+// window (by the configured Now), and of the previous one if it was
+// engaged then, with one deposit-only store write, when this environment
+// is engaged (it asked for a global retry in this window or the previous
+// one) and its next scheduled contact is due. Otherwise it does nothing,
+// so a Lambda handler calls it after every invocation: it costs no write
+// on the healthy path and about one per DepositInterval while retrying.
+// The deposit funds retries anywhere in the fleet, and would be lost if
+// the environment were frozen until the window ended. It returns an
+// *UnavailableError if the call fails (the requests are then lost, never
+// sent again), is throttled (they stay pending), or is skipped during the
+// fault cooldown (they stay pending).
 func (g *Global) Flush(ctx context.Context) error {
 	return g.FlushAt(ctx, g.cfg.Now())
 }
@@ -633,12 +778,12 @@ func (g *Global) Flush(ctx context.Context) error {
 func (g *Global) FlushAt(ctx context.Context, now time.Time) error {
 	w := g.windowIndex(now)
 	g.mu.Lock()
-	if g.engaged != w {
+	if !g.engagedLocked(w) || now.Before(g.nextContact) {
 		g.mu.Unlock()
 		return nil
 	}
-	pending := g.harvestLocked(w)
-	if pending*g.perRequest < AllowancePerRetry {
+	p := g.harvestPendingLocked(w)
+	if p.n() == 0 {
 		g.mu.Unlock()
 		return nil
 	}
@@ -646,24 +791,27 @@ func (g *Global) FlushAt(ctx context.Context, now time.Time) error {
 		g.mu.Unlock()
 		return &UnavailableError{Budget: g.label, Err: err}
 	}
-	g.held[w&1].n -= pending
+	g.sendLocked(p)
 	shard := g.pickShardLocked()
 	g.mu.Unlock()
 
-	_, err := g.apply(ctx, w, shard, pending*g.perRequest, 0)
+	allowance, err := g.apply(ctx, w, shard, p.n()*g.perRequest, 0)
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.scheduleLocked(now)
 	switch {
 	case err == nil:
-		g.stats.ReportedRequests += pending
+		g.stats.Deposits++
+		g.reportedLocked(p)
+		g.seeLocked(w, allowance)
 		return nil
-	case errors.Is(err, ErrInsufficient):
-		// Cannot happen for an update that takes nothing; the store says
-		// nothing was applied, so keep the requests.
-		g.restoreLocked(w, pending)
+	case errors.Is(err, ErrInsufficient), errors.Is(err, ErrThrottled):
+		// (A refusal cannot happen for an update that takes nothing; the
+		// store says nothing was applied, so the requests are kept.)
+		g.unappliedLocked(w, p, allowance, err)
 	default:
-		g.faultLocked(ctx, now, pending)
+		g.faultLocked(ctx, now, p)
 	}
 	return &UnavailableError{Budget: g.label, Err: err}
 }
@@ -699,6 +847,57 @@ func (g *Global) grant(w int64) Release {
 	}
 }
 
+// noteAskLocked records that AcquireRetry was called in window w.
+func (g *Global) noteAskLocked(w int64) {
+	switch {
+	case g.asked == noWindow || w-g.asked >= 64:
+		g.asked, g.askedMask = w, 1
+	case w > g.asked:
+		g.askedMask = g.askedMask<<(w-g.asked) | 1
+		g.asked = w
+	case g.asked-w < 64:
+		g.askedMask |= 1 << (g.asked - w)
+	}
+}
+
+// engagedLocked reports whether this environment is engaged in window w:
+// it asked for a retry in w or in w-1.
+func (g *Global) engagedLocked(w int64) bool {
+	askedIn := func(v int64) bool {
+		d := g.asked - v
+		return g.asked != noWindow && d >= 0 && d < 64 && g.askedMask&(1<<d) != 0
+	}
+	return askedIn(w) || askedIn(w-1)
+}
+
+// harvestPendingLocked returns what a write in window w reports: the
+// requests of w and, if this environment was engaged in w-1, those of w-1
+// (carried once, into the next window only).
+func (g *Global) harvestPendingLocked(w int64) pending {
+	p := pending{w: w, cur: g.harvestLocked(w)}
+	if g.engagedLocked(w - 1) {
+		p.carry = g.harvestLocked(w - 1)
+	}
+	return p
+}
+
+// skipStaleLocked is the engagement rule: an environment that was not
+// engaged deposits, with its first write at now, only those of its cur
+// unreported requests of window w that it made in the current or the
+// previous period of DepositInterval (between D and 2 × D before now), as
+// if its previous contact had been then. The others, made while it had no
+// retry to ask for (before an outage, typically), are dropped: when an
+// outage starts late in a window they would fund a burst of retries at its
+// onset, far above the ratio over the outage. Dropping only lowers the
+// allowance. It returns the requests kept.
+func (g *Global) skipStaleLocked(now time.Time, w, cur int64) int64 {
+	d := floorDiv(now.UnixMilli(), g.depositMilli)
+	keep := min(cur, countOf(&g.recent[d&1], d)+countOf(&g.recent[(d-1)&1], d-1))
+	g.held[w&1].n -= cur - keep
+	g.stats.SkippedRequests += cur - keep
+	return keep
+}
+
 // harvestLocked moves the requests of window w from its slot into held and
 // returns all held requests of w. A window older than the one held at its
 // parity has no counts left.
@@ -726,9 +925,20 @@ func (g *Global) harvestLocked(w int64) int64 {
 	return h.n
 }
 
-// restoreLocked puts back requests of window w whose store call applied
+// sendLocked takes p's requests out of memory: they are in flight.
+func (g *Global) sendLocked(p pending) {
+	g.held[p.w&1].n -= p.cur
+	g.held[(p.w-1)&1].n -= p.carry
+}
+
+// restoreLocked puts back the requests of p, whose store call applied
 // nothing.
-func (g *Global) restoreLocked(w, n int64) {
+func (g *Global) restoreLocked(p pending) {
+	g.restoreWindowLocked(p.w, p.cur)
+	g.restoreWindowLocked(p.w-1, p.carry)
+}
+
+func (g *Global) restoreWindowLocked(w, n int64) {
 	if n == 0 {
 		return
 	}
@@ -742,21 +952,68 @@ func (g *Global) restoreLocked(w, n int64) {
 	h.n = min(h.n+n, maxHeld)
 }
 
-// grantedLocked records a successful lease of take retries in window w
-// that deposited pending requests and left allowance in the shard; one
-// retry goes to the caller.
-func (g *Global) grantedLocked(w, pending, take, allowance int64) {
+// unappliedLocked records a store call in window w that applied nothing,
+// a refusal or a throttle: p's requests stay pending for the next contact.
+// A refusal's answer (the allowance as it stands) becomes the view; a
+// throttle shows nothing, so the shard counts as empty and no write at all
+// is made before the next contact.
+func (g *Global) unappliedLocked(w int64, p pending, allowance int64, err error) {
+	g.restoreLocked(p)
+	if errors.Is(err, ErrThrottled) {
+		g.stats.Throttled++
+		g.seeLocked(w, 0)
+		g.quietUntil = g.nextContact
+		return
+	}
+	g.seeLocked(w, allowance)
+}
+
+// reportedLocked records that p's requests were deposited.
+func (g *Global) reportedLocked(p pending) {
+	g.stats.ReportedRequests += p.n()
+	g.stats.CarriedRequests += p.carry
+}
+
+// estimateLocked returns what this environment believes a store write in
+// window w would find: the allowance the store's last answer showed in w
+// (in whichever shard: a write picks its shard at random, and the shards
+// of a window fill and drain alike), or, at the start of a window, zero if
+// the last answer in the previous window could not fund a retry (the fleet
+// is likely still short of allowance: wait for the next contact rather
+// than write at the window's first instant). known is false when it has no
+// belief: then it asks the store.
+func (g *Global) estimateLocked(w int64) (allowance int64, known bool) {
+	switch {
+	case g.view.window == w:
+		return g.view.allowance, true
+	case g.view.window == w-1 && g.view.allowance < AllowancePerRetry:
+		return 0, true
+	}
+	return 0, false
+}
+
+// seeLocked keeps a store answer in window w as this environment's view,
+// unless it already holds a view of a later window (a caller whose clock
+// is behind).
+func (g *Global) seeLocked(w int64, allowance int64) {
+	if w < g.view.window {
+		return
+	}
+	g.view = shardView{window: w, allowance: min(max(allowance, 0), maxViewAllowance)}
+}
+
+// scheduleLocked draws the next contact after a store call at now:
+// now + D × U(0.5, 1.5).
+func (g *Global) scheduleLocked(now time.Time) {
+	g.nextContact = now.Add(time.Duration((0.5 + g.randLocked()) * float64(g.cfg.DepositInterval)))
+}
+
+// grantedLocked records a successful lease of take retries in window w;
+// one retry goes to the caller.
+func (g *Global) grantedLocked(w, take int64) {
 	g.stats.Granted++
 	g.stats.Leases++
 	g.stats.LeasedRetries += take
-	g.stats.ReportedRequests += pending
-	// An exhausted environment that spent a retry it earned itself stays
-	// exhausted unless the shard now holds another retry. (The allowance
-	// only decides whether to ask the store again; a wrong value costs a
-	// call, never a retry.)
-	if g.exhausted == w && allowance >= AllowancePerRetry {
-		g.exhausted = noWindow
-	}
 	if w > g.lease.window {
 		g.lease = heldCount{window: w}
 	}
@@ -771,21 +1028,11 @@ func (g *Global) grantedLocked(w, pending, take, allowance int64) {
 	}
 }
 
-// refusedLocked records a refusal in window w, keeping pending requests
-// whose deposit was not applied.
-func (g *Global) refusedLocked(w, pending int64) {
-	g.stats.Refused++
-	g.restoreLocked(w, pending)
-	if w > g.exhausted {
-		g.exhausted = w
-	}
-}
-
-// faultLocked records a store call that failed with pending requests in it
+// faultLocked records a store call that failed with p's requests in it
 // and, unless the caller's own context ended, starts the cooldown.
-func (g *Global) faultLocked(ctx context.Context, now time.Time, pending int64) {
+func (g *Global) faultLocked(ctx context.Context, now time.Time, p pending) {
 	g.stats.Faults++
-	g.stats.LostRequests += pending
+	g.stats.LostRequests += p.n()
 	if ctx.Err() == nil && g.cfg.FaultCooldown > 0 {
 		if until := now.Add(g.cfg.FaultCooldown); until.After(g.faultUntil) {
 			g.faultUntil = until
@@ -819,41 +1066,45 @@ func (g *Global) pickShardLocked() int {
 	if s == 1 {
 		return 0
 	}
-	r := g.cfg.Rand()
-	if !(r > 0) { // also NaN
-		return 0
-	}
-	if r >= 1 {
-		return s - 1
-	}
-	return min(int(r*float64(s)), s-1)
+	return min(int(g.randLocked()*float64(s)), s-1)
 }
 
-// exhaustedError is the refusal in window w at now.
-func (g *Global) exhaustedError(now time.Time, w int64) error {
-	return &ExhaustedError{Budget: g.label, RetryAfter: max(g.windowStart(w+1).Sub(now), 0)}
+// randLocked returns the configured Rand's number, forced into [0, 1).
+func (g *Global) randLocked() float64 {
+	r := g.cfg.Rand()
+	switch {
+	case !(r > 0): // also NaN
+		return 0
+	case r >= 1:
+		return math.Nextafter(1, 0)
+	}
+	return r
+}
+
+// refusal is a refused retry with the given hint and cause.
+func (g *Global) refusal(after time.Duration, cause error) error {
+	return &ExhaustedError{Budget: g.label, RetryAfter: max(after, 0), Cause: cause}
 }
 
 // faultError is the answer when the store could not decide.
 func (g *Global) faultError(now time.Time, cause error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.faultErrorLocked(now, cause)
+}
+
+func (g *Global) faultErrorLocked(now time.Time, cause error) error {
 	u := &UnavailableError{Budget: g.label, Err: cause}
-	if !g.cfg.FailClosed {
+	if g.cfg.FailOpen {
 		return u
 	}
-	g.mu.Lock()
-	until := g.faultUntil
-	g.mu.Unlock()
-	return &ExhaustedError{Budget: g.label, RetryAfter: max(until.Sub(now), 0), Cause: u}
+	g.stats.Refused++
+	return g.refusal(g.faultUntil.Sub(now), u)
 }
 
 // windowIndex is the number of the window now falls in.
 func (g *Global) windowIndex(now time.Time) int64 {
-	ms := now.UnixMilli()
-	w := ms / g.windowMilli
-	if ms%g.windowMilli < 0 {
-		w--
-	}
-	return w
+	return floorDiv(now.UnixMilli(), g.windowMilli)
 }
 
 func (g *Global) windowStart(w int64) time.Time {

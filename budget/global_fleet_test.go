@@ -27,27 +27,34 @@ func perRequest(ratio float64) int64 {
 	return int64(math.Floor(ratio*float64(unit) + 1e-6))
 }
 
-// ledger tallies, per test window, the requests recorded and the retries
-// granted and not given back.
+// ledger tallies, per test window, the requests recorded, the retries
+// granted and not given back, and the requests the documented bound lets
+// the Global carry into the window (its slack).
 type ledger struct {
 	requests []atomic.Int64
 	net      []atomic.Int64
+	carried  []atomic.Int64
 }
 
 func newLedger(windows int) *ledger {
-	return &ledger{requests: make([]atomic.Int64, windows), net: make([]atomic.Int64, windows)}
+	return &ledger{requests: make([]atomic.Int64, windows), net: make([]atomic.Int64, windows), carried: make([]atomic.Int64, windows)}
 }
 
-// check fails t unless, in every window and over the run,
-// net retries × unit <= perReq × requests + floor × unit.
+// check fails t unless, in every window,
+//
+//	net retries × unit <= perReq × (requests + carried) + floor × unit
+//
+// and over the run net retries × unit <= perReq × requests + floor × unit ×
+// windows (no request is deposited twice, and none before the first
+// window was made).
 func (l *ledger) check(t tb, perReq int64, floor int) (granted, bound float64) {
 	t.Helper()
 	var totalNet, totalReq int64
 	for w := range l.net {
-		n, r := l.net[w].Load(), l.requests[w].Load()
-		if n*unit > perReq*r+int64(floor)*unit {
-			t.Errorf("window %d: %d retries granted for %d requests: more than %v × %d + %d",
-				w, n, r, float64(perReq)/float64(unit), r, floor)
+		n, r, c := l.net[w].Load(), l.requests[w].Load(), l.carried[w].Load()
+		if n*unit > perReq*(r+c)+int64(floor)*unit {
+			t.Errorf("window %d: %d retries granted for %d requests and %d carried: more than %v × %d + %d",
+				w, n, r, c, float64(perReq)/float64(unit), r+c, floor)
 		}
 		totalNet += n
 		totalReq += r
@@ -57,6 +64,51 @@ func (l *ledger) check(t tb, perReq int64, floor int) (granted, bound float64) {
 		t.Errorf("run: %d retries granted, bound %v", totalNet, float64(limit)/float64(unit))
 	}
 	return float64(totalNet), float64(limit) / float64(unit)
+}
+
+// envLedger follows one environment, whose calls are sequential, to count
+// the requests the documented bound lets it carry: a store call in window
+// w that was not refused (applied, or of unknown fate) deposits every
+// request of w it holds and, if the environment was engaged in w-1 (asked
+// for a retry in w-1 or w-2), every request of w-1 recorded since its last
+// such call in w-1. Those are the carried requests of w. It is the Store
+// the environment's Global writes to.
+type envLedger struct {
+	budget.Store
+	l       *ledger
+	asked   []bool
+	pending []int64 // requests of each window recorded since the last such call in it
+}
+
+func newEnvLedger(l *ledger, s budget.Store) *envLedger {
+	return &envLedger{Store: s, l: l, asked: make([]bool, len(l.net)), pending: make([]int64, len(l.net))}
+}
+
+// request records a request at now.
+func (e *envLedger) request(now time.Time) {
+	w := windowNo(now)
+	e.l.requests[w].Add(1)
+	e.pending[w]++
+}
+
+// ask records an AcquireRetry at now, before it is made.
+func (e *envLedger) ask(now time.Time) { e.asked[windowNo(now)] = true }
+
+func (e *envLedger) Apply(ctx context.Context, k budget.Key, u budget.Update) (int64, error) {
+	a, err := e.Store.Apply(ctx, k, u)
+	if errors.Is(err, budget.ErrInsufficient) || errors.Is(err, budget.ErrThrottled) {
+		return a, err // nothing applied: what it carried is still pending
+	}
+	w := windowNo(k.Window)
+	if w < 0 || w >= len(e.pending) {
+		return a, err
+	}
+	e.pending[w] = 0
+	if w > 0 && (e.asked[w-1] || w > 1 && e.asked[w-2]) {
+		e.l.carried[w].Add(e.pending[w-1])
+		e.pending[w-1] = 0
+	}
+	return a, err
 }
 
 type outstanding struct {
@@ -120,7 +172,8 @@ func runFleet(t *testing.T, inner budget.Store, fc fleetCase, envs, windows, ops
 		r := rand.New(rand.NewPCG(uint64(e), 42))
 		cfg := fc.cfg
 		cfg.Rand = rand.New(rand.NewPCG(uint64(e), 43)).Float64
-		g := newGlobal(t, s, cfg)
+		el := newEnvLedger(led, s)
+		g := newGlobal(t, el, cfg)
 		globals[e] = g
 		wg.Add(1)
 		go func() {
@@ -149,8 +202,9 @@ func runFleet(t *testing.T, inner budget.Store, fc fleetCase, envs, windows, ops
 					case x < 0.7:
 						g.RecordRequest(now)
 						g.RecordSuccess(now)
-						led.requests[windowNo(now)].Add(1)
+						el.request(now)
 					case x < 0.9:
+						el.ask(now)
 						rel, err := g.AcquireRetry(ctx, now, budget.Kind(r.IntN(2)))
 						if err == nil {
 							led.net[windowNo(now)].Add(1)
@@ -225,23 +279,27 @@ func TestGlobalBoundProperty(t *testing.T) {
 			}
 			return faultMode(rapid.IntRange(0, 2).Draw(rt, "fault"))
 		})
+		led := newLedger(windows)
 		envs := make([]*budget.Global, rapid.IntRange(1, 5).Draw(rt, "envs"))
+		els := make([]*envLedger, len(envs))
 		for i := range envs {
 			c := cfg
 			c.Rand = rand.New(rand.NewPCG(uint64(i), 1)).Float64
-			envs[i] = newGlobal(rt, s, c)
+			els[i] = newEnvLedger(led, s)
+			envs[i] = newGlobal(rt, els[i], c)
 		}
-		led := newLedger(windows)
 		var out []outstanding
 		for range rapid.IntRange(20, 400).Draw(rt, "ops") {
-			g := envs[rapid.IntRange(0, len(envs)-1).Draw(rt, "env")]
+			i := rapid.IntRange(0, len(envs)-1).Draw(rt, "env")
+			g, el := envs[i], els[i]
 			now := t0.Add(time.Duration(rapid.IntRange(0, windows-1).Draw(rt, "window"))*testWindow +
 				time.Duration(rapid.IntRange(0, 9_999).Draw(rt, "ms"))*time.Millisecond)
 			switch rapid.IntRange(0, 4).Draw(rt, "op") {
 			case 0, 1:
 				g.RecordRequest(now)
-				led.requests[windowNo(now)].Add(1)
+				el.request(now)
 			case 2:
+				el.ask(now)
 				rel, err := g.AcquireRetry(context.Background(), now, budget.Transient)
 				if err == nil {
 					led.net[windowNo(now)].Add(1)

@@ -6,8 +6,10 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
@@ -77,6 +79,9 @@ func TestNewGlobalValidation(t *testing.T) {
 		{budget.GlobalConfig{LeaseSize: -2}, "LeaseSize"},
 		{budget.GlobalConfig{LeaseSize: budget.MaxLeaseSize + 1}, "LeaseSize"},
 		{budget.GlobalConfig{StoreTimeout: -time.Millisecond}, "StoreTimeout"},
+		{budget.GlobalConfig{DepositInterval: -time.Second}, "DepositInterval"},
+		{budget.GlobalConfig{DepositInterval: 11 * time.Second}, "DepositInterval"},
+		{budget.GlobalConfig{Window: time.Second, DepositInterval: 2 * time.Second}, "DepositInterval"},
 	}
 	for _, tc := range bad {
 		_, err := budget.NewGlobal(s, "partner", tc.cfg)
@@ -98,7 +103,8 @@ func TestNewGlobalValidation(t *testing.T) {
 	if c.Ratio != budget.DefaultGlobalRatio || c.Window != budget.DefaultGlobalWindow || c.Floor != budget.DefaultGlobalFloor ||
 		c.Shards != budget.DefaultGlobalShards || c.LeaseSize != budget.DefaultLeaseSize ||
 		c.StoreTimeout != budget.DefaultStoreTimeout || c.FaultCooldown != budget.DefaultFaultCooldown ||
-		c.FailClosed || c.Rand == nil || c.Now == nil {
+		c.DepositInterval != budget.DefaultGlobalWindow/budget.DefaultDepositIntervals ||
+		c.FailOpen || c.Rand == nil || c.Now == nil {
 		t.Errorf("defaults: %+v", c)
 	}
 	if g.Name() != "partner" {
@@ -106,6 +112,9 @@ func TestNewGlobalValidation(t *testing.T) {
 	}
 	if c := newGlobal(t, s, budget.GlobalConfig{Floor: -1}).Config(); c.Floor != 0 {
 		t.Errorf("Floor -1 became %d, want 0", c.Floor)
+	}
+	if c := newGlobal(t, s, budget.GlobalConfig{Window: time.Second}).Config(); c.DepositInterval != 250*time.Millisecond {
+		t.Errorf("DepositInterval for a 1 s window: %v, want 250ms", c.DepositInterval)
 	}
 }
 
@@ -163,7 +172,8 @@ func TestGlobalHealthyPathMakesNoStoreCalls(t *testing.T) {
 
 // TestGlobalRatioAndFloor: 50 requests at Ratio 0.1 earn 5 retries, and the
 // floor adds 3. Every grant is one store call that deposits what is
-// pending and takes one retry; the refusal is cached.
+// pending and takes one retry; the answer to the last one shows the shard
+// empty, so the refusals after it cost no call.
 func TestGlobalRatioAndFloor(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, newStore func() budget.Store) {
 		s := newRecStore(newStore())
@@ -180,8 +190,8 @@ func TestGlobalRatioAndFloor(t *testing.T) {
 			t.Fatalf("granted %d, want 8 (50 × 0.1 + floor 3)", granted)
 		}
 		calls := s.Calls()
-		if len(calls) != 9 {
-			t.Fatalf("%d store calls, want 9 (8 leases, 1 refusal, then cached)", len(calls))
+		if len(calls) != 8 {
+			t.Fatalf("%d store calls, want 8 (8 leases; the last answer showed the shard empty)", len(calls))
 		}
 		first := calls[0].Update
 		if first.Deposit != 50*unit/10 || first.Take != unit || first.Floor != 3*unit {
@@ -192,123 +202,170 @@ func TestGlobalRatioAndFloor(t *testing.T) {
 				t.Errorf("call %d deposited %d again", i+1, c.Update.Deposit)
 			}
 		}
-		if !errors.Is(calls[8].Err, budget.ErrInsufficient) {
-			t.Errorf("last call: %v, want ErrInsufficient", calls[8].Err)
+		if calls[7].Err != nil || calls[7].Result != 0 {
+			t.Errorf("last call: %d, %v; want the shard left empty", calls[7].Result, calls[7].Err)
 		}
 		st := g.Stats()
-		if st.Granted != 8 || st.Refused != 2 || st.CachedRefusals != 1 || st.Leases != 8 || st.LeasedRetries != 8 ||
-			st.ReportedRequests != 50 || st.StoreCalls != 9 || st.Faults != 0 {
+		if st.Granted != 8 || st.Refused != 2 || st.CachedRefusals != 2 || st.RefusalWrites != 0 || st.Leases != 8 ||
+			st.LeasedRetries != 8 || st.ReportedRequests != 50 || st.StoreCalls != 8 || st.Faults != 0 || st.Deposits != 0 {
 			t.Errorf("stats %+v", st)
 		}
 		s.checkItems(t)
 	})
 }
 
-func TestGlobalRefusalIsCachedUntilTheWindowEnds(t *testing.T) {
+// TestGlobalRefusalsWaitForTheNextContact: once the store's answer shows
+// the shard cannot fund a retry, refusals cost no store call until the
+// environment's next contact, D × U(0.5, 1.5) after its last call (here
+// Rand is 0.5: exactly D = 2.5 s). Each contact is one write, and every
+// refusal's RetryAfter is the time to the next contact.
+func TestGlobalRefusalsWaitForTheNextContact(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, newStore func() budget.Store) {
 		s := newRecStore(newStore())
-		g := newGlobal(t, s, budget.GlobalConfig{Floor: 1})
+		g := newGlobal(t, s, budget.GlobalConfig{Floor: 1, Rand: constRand(0.5)})
+		d := g.Config().DepositInterval
+		if d != 2500*time.Millisecond {
+			t.Fatalf("DepositInterval %v, want Window/4", d)
+		}
 		if _, ok := acquire(t, g, t0); !ok {
 			t.Fatal("floor retry refused")
 		}
-		// Exhausted: the next ask costs one call, the rest none, for the
-		// rest of the window.
-		before := s.NumCalls()
+		next := t0.Add(d)
+		var contacts []time.Duration
 		for i := range 100 {
 			now := t0.Add(time.Duration(i) * 99 * time.Millisecond)
+			before := s.NumCalls()
 			_, err := g.AcquireRetry(context.Background(), now, budget.Throttling)
 			var ex *budget.ExhaustedError
 			if !errors.As(err, &ex) {
 				t.Fatalf("ask %d: %v, want *ExhaustedError", i, err)
 			}
-			if want := t0.Add(10 * time.Second).Sub(now); ex.RetryAfter != want {
-				t.Fatalf("RetryAfter %v, want %v (end of window)", ex.RetryAfter, want)
+			if n := s.NumCalls() - before; n > 0 {
+				if n > 1 || now.Before(next) {
+					t.Fatalf("ask %d at %v: %d store calls; the contact was due at %v", i, now.Sub(t0), n, next.Sub(t0))
+				}
+				contacts = append(contacts, now.Sub(t0))
+				next = now.Add(d)
+			}
+			if want := next.Sub(now); ex.RetryAfter != want {
+				t.Fatalf("ask %d: RetryAfter %v, want %v (the next contact)", i, ex.RetryAfter, want)
 			}
 			if ex.Budget != "global:partner" {
 				t.Fatalf("Budget %q", ex.Budget)
 			}
 		}
-		if n := s.NumCalls() - before; n != 1 {
-			t.Fatalf("%d store calls while exhausted, want 1", n)
+		if want := []time.Duration{2574 * time.Millisecond, 5148 * time.Millisecond, 7722 * time.Millisecond}; !slices.Equal(contacts, want) {
+			t.Fatalf("contacts at %v, want %v", contacts, want)
 		}
-		// A new window has a new floor.
-		if _, ok := acquire(t, g, t0.Add(10*time.Second)); !ok {
-			t.Fatal("next window's floor refused")
-		}
-		if st := g.Stats(); st.CachedRefusals != 99 || st.Refused != 100 {
+		if st := g.Stats(); st.Refused != 100 || st.CachedRefusals != 97 || st.RefusalWrites != 3 || st.Deposits != 3 {
 			t.Errorf("stats %+v", st)
 		}
 	})
 }
 
+// TestGlobalWindowEdgeKeepsTheView: an environment that last saw an empty
+// shard does not write at the first instant of the next window, where the
+// whole fleet would: it waits for its own next contact, which finds the new
+// window's floor; the ask after it takes the floor.
+func TestGlobalWindowEdgeKeepsTheView(t *testing.T) {
+	s := newRecStore(newMapStore())
+	g := newGlobal(t, s, budget.GlobalConfig{Floor: 1, Rand: constRand(0.5)})
+	if _, ok := acquire(t, g, t0.Add(9*time.Second)); !ok {
+		t.Fatal("floor retry refused")
+	}
+	_, err := g.AcquireRetry(context.Background(), t0.Add(10*time.Second), budget.Transient)
+	var ex *budget.ExhaustedError
+	if !errors.As(err, &ex) || ex.RetryAfter != 1500*time.Millisecond || s.NumCalls() != 1 {
+		t.Fatalf("first ask of the new window: %v, %d calls; want a refusal from memory until the contact 1.5 s later", err, s.NumCalls())
+	}
+	_, err = g.AcquireRetry(context.Background(), t0.Add(11500*time.Millisecond), budget.Transient)
+	if !errors.As(err, &ex) || ex.RetryAfter != 0 || s.NumCalls() != 2 {
+		t.Fatalf("the contact: %v, %d calls; want one write and a refusal with no hint (it saw the floor)", err, s.NumCalls())
+	}
+	if c := s.Calls()[1]; c.Update.Take != 0 || c.Result != unit || !c.Key.Window.Equal(t0.Add(testWindow)) {
+		t.Fatalf("contact %+v, want a deposit-only write finding the floor of the new window", c)
+	}
+	if _, ok := acquire(t, g, t0.Add(11600*time.Millisecond)); !ok || s.NumCalls() != 3 {
+		t.Fatalf("the floor the contact saw was not taken (%d calls)", s.NumCalls())
+	}
+}
+
 // TestGlobalFractionsPool: fractions of a retry earned in different
-// environments add up in the store, and a refusal banks the deposit.
+// environments add up in the store. A refused update applies nothing: its
+// deposit stays pending and goes with the environment's next contact, so a
+// refusal costs one write.
 func TestGlobalFractionsPool(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, newStore func() budget.Store) {
 		s := newRecStore(newStore())
-		cfg := budget.GlobalConfig{Floor: -1}
+		cfg := budget.GlobalConfig{Floor: -1, Rand: constRand(0.5)}
 		a, b := newGlobal(t, s, cfg), newGlobal(t, s, cfg)
+		ctx := context.Background()
 		record(a, t0, 9) // 0.9 retry
 		if _, ok := acquire(t, a, t0); ok {
 			t.Fatal("0.9 retry granted a retry")
 		}
-		calls := s.Calls()
-		if len(calls) != 2 || calls[1].Update.Deposit != 9*unit/10 || calls[1].Update.Take != 0 || calls[1].Err != nil {
-			t.Fatalf("calls %+v, want the refusal and then a bank of 0.9 retry", calls)
+		if calls := s.Calls(); len(calls) != 1 || !errors.Is(calls[0].Err, budget.ErrInsufficient) {
+			t.Fatalf("calls %+v, want one refused update", calls)
 		}
-		record(b, t0, 1) // 0.1 retry: with a's 0.9, one retry
-		if _, ok := acquire(t, b, t0); !ok {
+		if err := a.FlushAt(ctx, t0.Add(time.Second)); err != nil || s.NumCalls() != 1 {
+			t.Fatalf("Flush before the next contact: %v, %d calls", err, s.NumCalls())
+		}
+		if err := a.FlushAt(ctx, t0.Add(2500*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if calls := s.Calls(); len(calls) != 2 || calls[1].Update.Deposit != 9*unit/10 || calls[1].Update.Take != 0 || calls[1].Err != nil {
+			t.Fatalf("calls %+v, want the refusal and then the contact's deposit of 0.9 retry", calls)
+		}
+		record(b, t0.Add(3*time.Second), 1) // 0.1 retry: with a's 0.9, one retry
+		if _, ok := acquire(t, b, t0.Add(3*time.Second)); !ok {
 			t.Fatal("pooled fractions did not fund a retry")
 		}
-		if st := a.Stats(); st.ReportedRequests != 9 || st.Refused != 1 {
+		if st := a.Stats(); st.ReportedRequests != 9 || st.Refused != 1 || st.RefusalWrites != 1 || st.Deposits != 1 {
 			t.Errorf("a: %+v", st)
 		}
 		s.checkItems(t)
 	})
 }
 
-// TestGlobalKeepsTheRemainder: an exhausted environment keeps counting and
-// asks the store again only once its own requests have earned a whole
-// retry, which the store cannot refuse.
-func TestGlobalKeepsTheRemainder(t *testing.T) {
+// TestGlobalOwnRequestsFundARetry: an environment whose last answer showed
+// an empty shard writes before its next contact only when its own
+// unreported requests (here those its refused update kept, and new ones)
+// fund a retry: an update that deposits at least what it takes cannot be
+// refused.
+func TestGlobalOwnRequestsFundARetry(t *testing.T) {
 	s := newRecStore(newMapStore())
 	g := newGlobal(t, s, budget.GlobalConfig{Ratio: 0.3, Floor: -1})
 	record(g, t0, 1) // 0.3
 	if _, ok := acquire(t, g, t0); ok {
 		t.Fatal("granted with 0.3 retry")
 	}
-	n := s.NumCalls() // refusal + bank
-	for i := range 3 {
+	for i := range 2 {
 		g.RecordRequest(t0)
 		if _, ok := acquire(t, g, t0); ok {
 			t.Fatalf("granted after %d more requests", i+1)
 		}
 	}
-	if s.NumCalls() != n {
-		t.Fatalf("exhausted environment with less than a retry pending called the store")
+	if s.NumCalls() != 1 {
+		t.Fatalf("an environment with less than a retry pending called the store again")
 	}
-	g.RecordRequest(t0) // 4 × 0.3 = 1.2 unreported, plus 0.3 banked
+	g.RecordRequest(t0) // 4 × 0.3 = 1.2 unreported
 	if _, ok := acquire(t, g, t0); !ok {
 		t.Fatal("a retry the environment earned itself was refused")
 	}
 	last := s.Calls()[len(s.Calls())-1]
-	if last.Update.Deposit != 4*300_000 || last.Update.Take != unit {
-		t.Fatalf("update %+v, want deposit 1.2 retries, take 1", last.Update)
+	if s.NumCalls() != 2 || last.Update.Deposit != 4*300_000 || last.Update.Take != unit {
+		t.Fatalf("%d calls, last update %+v; want a second call depositing 1.2 retries, taking 1", s.NumCalls(), last.Update)
 	}
-	// 0.5 retries are left in the store (0.3 banked + 0.2): not enough
-	// for another, and the environment stays exhausted.
-	if _, ok := acquire(t, g, t0); ok {
-		t.Fatal("granted from half a retry")
-	}
-	if s.NumCalls() != n+1 {
-		t.Fatalf("%d calls, want %d", s.NumCalls(), n+1)
+	// 0.2 retry is left in the store: not enough for another.
+	if _, ok := acquire(t, g, t0); ok || s.NumCalls() != 2 {
+		t.Fatalf("granted from 0.2 retry, or asked the store (%d calls)", s.NumCalls())
 	}
 	s.checkItems(t)
 }
 
 func TestGlobalRetryNotUsedReturnsToTheLease(t *testing.T) {
 	s := newRecStore(newMapStore())
-	g := newGlobal(t, s, budget.GlobalConfig{Floor: 2})
+	g := newGlobal(t, s, budget.GlobalConfig{Floor: 2, Rand: constRand(0.5)})
 	rel, ok := acquire(t, g, t0)
 	if !ok {
 		t.Fatal("refused")
@@ -334,12 +391,16 @@ func TestGlobalRetryNotUsedReturnsToTheLease(t *testing.T) {
 	}
 
 	// A grant returned after its window ended does not serve the next one.
-	rel4, ok := acquire(t, g, t0.Add(10*time.Second))
+	// (The first ask of window 1 is the contact that finds its floor.)
+	if _, ok := acquire(t, g, t0.Add(10*time.Second)); ok {
+		t.Fatal("the contact after an empty shard granted")
+	}
+	rel4, ok := acquire(t, g, t0.Add(10100*time.Millisecond))
 	if !ok {
-		t.Fatal("refused in a new window")
+		t.Fatal("refused the floor of window 1")
 	}
 	if _, ok := acquire(t, g, t0.Add(20*time.Second)); !ok {
-		t.Fatal("refused in a new window")
+		t.Fatal("refused in window 2")
 	}
 	rel4(budget.RetryNotUsed)
 	before := s.NumCalls()
@@ -349,6 +410,9 @@ func TestGlobalRetryNotUsedReturnsToTheLease(t *testing.T) {
 	s.checkItems(t)
 }
 
+// TestGlobalLeaseDoublesUpToLeaseSize: leases double within a window up to
+// LeaseSize, and never take more than the store's last answer showed, so
+// the last one is cut to what is left instead of being refused.
 func TestGlobalLeaseDoublesUpToLeaseSize(t *testing.T) {
 	s := newRecStore(newMapStore())
 	g := newGlobal(t, s, budget.GlobalConfig{LeaseSize: 4, Floor: -1})
@@ -361,16 +425,15 @@ func TestGlobalLeaseDoublesUpToLeaseSize(t *testing.T) {
 	var takes []int64
 	for _, c := range s.Calls() {
 		takes = append(takes, c.Update.Take/unit)
+		if c.Err != nil {
+			t.Fatalf("call %+v failed", c)
+		}
 	}
-	want := []int64{1, 2, 4, 4, 4, 4, 1} // 19 leased, then 1 left: a lease of 4 refused, retried at 1
-	if len(takes) != len(want)+1 {
-		t.Fatalf("takes %v, want %v with the refused 4 before the last 1", takes, want)
+	if want := []int64{1, 2, 4, 4, 4, 4, 1}; !slices.Equal(takes, want) {
+		t.Fatalf("takes %v, want %v", takes, want)
 	}
-	if got := append(takes[:6:6], takes[7]); !equal(got, want) || takes[6] != 4 || !errors.Is(s.Calls()[6].Err, budget.ErrInsufficient) {
-		t.Fatalf("takes %v", takes)
-	}
-	if _, ok := acquire(t, g, t0); ok {
-		t.Fatal("granted a 21st retry")
+	if _, ok := acquire(t, g, t0); ok || s.NumCalls() != 7 {
+		t.Fatal("granted a 21st retry, or asked the store for it")
 	}
 	// A new window starts again at one.
 	record(g, t0.Add(10*time.Second), 10)
@@ -382,18 +445,6 @@ func TestGlobalLeaseDoublesUpToLeaseSize(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 	s.checkItems(t)
-}
-
-func equal(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestGlobalShardsSplitTheFloorAndSpreadWrites(t *testing.T) {
@@ -422,13 +473,15 @@ func TestGlobalShardsSplitTheFloorAndSpreadWrites(t *testing.T) {
 	}
 	s.checkItems(t)
 
-	// Uneven split: 5 retries over 3 shards.
+	// Uneven split: 5 retries over 3 shards. Rand picks the shard before
+	// each call and draws the next contact after it.
 	s2 := newRecStore(newMapStore())
-	seq := []float64{0, 0.5, 0.99}
+	seq := []float64{0, 0.5, 0.5, 0.5, 0.99, 0.5}
 	i := 0
-	g2 := newGlobal(t, s2, budget.GlobalConfig{Shards: 3, Floor: 5, Rand: func() float64 { i++; return seq[(i-1)%3] }})
+	g2 := newGlobal(t, s2, budget.GlobalConfig{Shards: 3, Floor: 5, Rand: func() float64 { i++; return seq[(i-1)%len(seq)] }})
 	var sum int64
 	for range 3 {
+		record(g2, t0, 10)
 		acquire(t, g2, t0)
 	}
 	for j, c := range s2.Calls() {
@@ -492,60 +545,77 @@ func TestGlobalDropsCountsOfEarlierWindows(t *testing.T) {
 	}
 }
 
+// TestGlobalFlush: Flush writes only for an engaged environment (it asked
+// for a retry in this window or the previous one), only when its next
+// contact is due and requests are unreported, and then one deposit-only
+// write.
 func TestGlobalFlush(t *testing.T) {
 	s := newRecStore(newMapStore())
 	clock := t0
-	g := newGlobal(t, s, budget.GlobalConfig{Now: func() time.Time { return clock }})
+	g := newGlobal(t, s, budget.GlobalConfig{Now: func() time.Time { return clock }, Rand: constRand(0.5), FaultCooldown: 4 * time.Second})
 	ctx := context.Background()
+	flush := func(at time.Duration, wantCalls int) error {
+		t.Helper()
+		clock = t0.Add(at)
+		err := g.Flush(ctx)
+		if s.NumCalls() != wantCalls {
+			t.Fatalf("Flush at %v: %d store calls, want %d", at, s.NumCalls(), wantCalls)
+		}
+		return err
+	}
 
 	record(g, t0, 100)
-	if err := g.Flush(ctx); err != nil || s.NumCalls() != 0 {
-		t.Fatalf("Flush of a healthy environment: err %v, %d calls", err, s.NumCalls())
+	if err := flush(0, 0); err != nil {
+		t.Fatalf("Flush of a healthy environment: %v", err)
 	}
-	acquire(t, g, t0) // engages; deposits the 100
-	record(g, t0, 5)  // half a retry: not worth a write
-	if err := g.Flush(ctx); err != nil || s.NumCalls() != 1 {
-		t.Fatalf("Flush of half a retry: err %v, %d calls", err, s.NumCalls())
-	}
+	acquire(t, g, t0) // engages; deposits the 100, takes 1; next contact at 2.5 s
 	record(g, t0, 5)
-	if err := g.Flush(ctx); err != nil || s.NumCalls() != 2 {
-		t.Fatalf("Flush of a retry: err %v, %d calls", err, s.NumCalls())
+	if err := flush(0, 1); err != nil {
+		t.Fatalf("Flush before the contact is due: %v", err)
+	}
+	record(g, t0.Add(2500*time.Millisecond), 5)
+	if err := flush(2500*time.Millisecond, 2); err != nil {
+		t.Fatal(err)
 	}
 	if u := s.Calls()[1].Update; u.Deposit != unit || u.Take != 0 {
-		t.Fatalf("Flush update %+v", u)
+		t.Fatalf("Flush update %+v, want a deposit of the 10 requests (1 retry), no take", u)
 	}
-	if err := g.Flush(ctx); err != nil || s.NumCalls() != 2 {
-		t.Fatalf("second Flush: err %v, %d calls", err, s.NumCalls())
+	if err := flush(5*time.Second, 2); err != nil {
+		t.Fatalf("Flush with nothing unreported: %v", err)
 	}
 
-	// A failed Flush loses the requests it sent and starts the cooldown.
-	record(g, t0, 10)
+	// A failed Flush loses the requests it sent and starts the cooldown,
+	// which skips the next due contact (the requests stay pending).
+	record(g, t0.Add(5*time.Second), 10)
 	s.setFault(func(budget.Key, budget.Update) faultMode { return failBefore })
-	err := g.Flush(ctx)
+	err := flush(5*time.Second, 3)
 	var ue *budget.UnavailableError
 	if !errors.As(err, &ue) || !errors.Is(err, budget.ErrUnavailable) {
 		t.Fatalf("Flush with a failing store: %v", err)
 	}
 	s.setFault(nil)
-	record(g, t0, 10)
-	if err := g.Flush(ctx); !errors.Is(err, budget.ErrUnavailable) || s.NumCalls() != 3 {
-		t.Fatalf("Flush during the cooldown: err %v, %d calls", err, s.NumCalls())
+	record(g, t0.Add(7500*time.Millisecond), 10)
+	if err := flush(7500*time.Millisecond, 3); !errors.Is(err, budget.ErrUnavailable) {
+		t.Fatalf("Flush during the cooldown: %v", err)
 	}
-	clock = t0.Add(budget.DefaultFaultCooldown)
-	if err := g.Flush(ctx); err != nil {
+	if err := flush(9*time.Second, 4); err != nil {
 		t.Fatal(err)
 	}
 	if u := s.Calls()[3].Update; u.Deposit != unit {
 		t.Fatalf("after the cooldown Flush sent %d, want the 10 requests kept during it (1 retry)", u.Deposit)
 	}
-	if st := g.Stats(); st.LostRequests != 10 || st.ReportedRequests != 120 || st.Faults != 1 {
+	if st := g.Stats(); st.LostRequests != 10 || st.ReportedRequests != 120 || st.Faults != 1 || st.Deposits != 2 {
 		t.Errorf("stats %+v", st)
 	}
-	// Next window: not engaged, nothing to do.
-	clock = t0.Add(10 * time.Second)
-	record(g, clock, 50)
-	if err := g.Flush(ctx); err != nil || s.NumCalls() != 4 {
-		t.Fatalf("Flush in a window without retries: err %v, %d calls", err, s.NumCalls())
+	// Window 1: still engaged (it asked in window 0).
+	record(g, t0.Add(11*time.Second), 50)
+	if err := flush(11500*time.Millisecond, 5); err != nil {
+		t.Fatal(err)
+	}
+	// Window 2: no longer engaged; nothing is written.
+	record(g, t0.Add(20*time.Second), 50)
+	if err := flush(25*time.Second, 5); err != nil {
+		t.Fatalf("Flush two windows after the last ask: %v", err)
 	}
 }
 
@@ -566,64 +636,69 @@ func (h *hangingStore) Apply(ctx context.Context, _ budget.Key, _ budget.Update)
 	return 0, ctx.Err()
 }
 
+// TestGlobalCutsAHangingStore runs in a synctest bubble: the store's
+// goroutine has entered the store before the 5 ms StoreTimeout fires, and
+// the timeout fires at exactly 5 ms, whatever the machine's load.
 func TestGlobalCutsAHangingStore(t *testing.T) {
-	const timeout = 5 * time.Millisecond
-	for _, failClosed := range []bool{false, true} {
-		h := &hangingStore{}
-		g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: timeout, FailClosed: failClosed})
-		record(g, t0, 10)
-		rel, err := g.AcquireRetry(context.Background(), t0, budget.Transient)
-		if rel != nil {
-			t.Fatal("Release with an error")
-		}
-		if !h.hasDL || h.deadline.Sub(h.entered) > timeout {
-			t.Fatalf("store got deadline %v (ok %v) at %v; want within %v", h.deadline, h.hasDL, h.entered, timeout)
-		}
-		var ue *budget.UnavailableError
-		if !errors.As(err, &ue) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("failClosed %v: %v, want an *UnavailableError for the deadline", failClosed, err)
-		}
-		if got := errors.Is(err, budget.ErrExhausted); got != failClosed {
-			t.Fatalf("failClosed %v: errors.Is(err, ErrExhausted) = %v (%v)", failClosed, got, err)
-		}
-		// Through the composition: fail open abstains, fail closed refuses.
-		var reported int
-		rel, err = budget.AcquireAll(context.Background(), t0.Add(500*time.Millisecond), budget.Transient,
-			[]budget.Budget{g}, func(int, error) { reported++ })
-		if failClosed {
-			var ex *budget.ExhaustedError
-			if !errors.As(err, &ex) || ex.RetryAfter <= 0 || reported != 1 || !errors.Is(err, budget.ErrUnavailable) {
-				t.Fatalf("fail closed via AcquireAll: %v, reported %d", err, reported)
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 5 * time.Millisecond
+		for _, failClosed := range []bool{false, true} {
+			h := &hangingStore{}
+			g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: timeout, FailOpen: !failClosed})
+			record(g, t0, 10)
+			rel, err := g.AcquireRetry(context.Background(), t0, budget.Transient)
+			if rel != nil {
+				t.Fatal("Release with an error")
 			}
-		} else if err != nil || rel != nil || reported != 1 {
-			t.Fatalf("fail open via AcquireAll: rel %v err %v reported %d", rel != nil, err, reported)
+			if !h.hasDL || h.deadline.Sub(h.entered) > timeout {
+				t.Fatalf("store got deadline %v (ok %v) at %v; want within %v", h.deadline, h.hasDL, h.entered, timeout)
+			}
+			var ue *budget.UnavailableError
+			if !errors.As(err, &ue) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("failClosed %v: %v, want an *UnavailableError for the deadline", failClosed, err)
+			}
+			if got := errors.Is(err, budget.ErrExhausted); got != failClosed {
+				t.Fatalf("failClosed %v: errors.Is(err, ErrExhausted) = %v (%v)", failClosed, got, err)
+			}
+			// Through the composition: fail open abstains, fail closed refuses.
+			var reported int
+			rel, err = budget.AcquireAll(context.Background(), t0.Add(500*time.Millisecond), budget.Transient,
+				[]budget.Budget{g}, func(int, error) { reported++ })
+			if failClosed {
+				var ex *budget.ExhaustedError
+				if !errors.As(err, &ex) || ex.RetryAfter <= 0 || reported != 1 || !errors.Is(err, budget.ErrUnavailable) {
+					t.Fatalf("fail closed via AcquireAll: %v, reported %d", err, reported)
+				}
+			} else if err != nil || rel != nil || reported != 1 {
+				t.Fatalf("fail open via AcquireAll: rel %v err %v reported %d", rel != nil, err, reported)
+			}
+			// That second ask was inside the cooldown: no store call.
+			if h.callCount != 1 {
+				t.Fatalf("%d calls to a failing store within the cooldown", h.callCount)
+			}
+			if st := g.Stats(); st.Faults != 1 || st.LostRequests != 10 || st.Unavailable != 2 {
+				t.Errorf("stats %+v", st)
+			}
 		}
-		// That second ask was inside the cooldown: no store call.
-		if h.callCount != 1 {
-			t.Fatalf("%d calls to a failing store within the cooldown", h.callCount)
-		}
-		if st := g.Stats(); st.Faults != 1 || st.LostRequests != 10 || st.Unavailable != 2 {
-			t.Errorf("stats %+v", st)
-		}
-	}
 
-	// A caller deadline shorter than StoreTimeout wins.
-	h := &hangingStore{}
-	g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: time.Hour})
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	dl, _ := ctx.Deadline()
-	if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, budget.ErrUnavailable) {
-		t.Fatalf("%v", err)
-	}
-	if !h.deadline.Equal(dl) {
-		t.Fatalf("store deadline %v, want the caller's %v", h.deadline, dl)
-	}
-	// The caller's own deadline is not a store fault: no cooldown, and a
-	// done context makes no call at all.
-	if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, context.DeadlineExceeded) || h.callCount != 1 {
-		t.Fatalf("done ctx: %v, %d calls", err, h.callCount)
-	}
+		// A caller deadline shorter than StoreTimeout wins.
+		h := &hangingStore{}
+		g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: time.Hour})
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		dl, _ := ctx.Deadline()
+		if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, budget.ErrUnavailable) {
+			t.Fatalf("%v", err)
+		}
+		if !h.deadline.Equal(dl) {
+			t.Fatalf("store deadline %v, want the caller's %v", h.deadline, dl)
+		}
+		// The caller's own deadline is not a store fault: no cooldown, and a
+		// done context makes no call at all.
+		if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, context.DeadlineExceeded) || h.callCount != 1 {
+			t.Fatalf("done ctx: %v, %d calls", err, h.callCount)
+		}
+	})
 }
 
 func TestGlobalFaultCooldown(t *testing.T) {
@@ -722,7 +797,7 @@ func TestGlobalNeverPanicsOnGarbage(t *testing.T) {
 		for _, lease := range []int{1, 8} {
 			for _, failClosed := range []bool{false, true} {
 				s := &garbageStore{allowance: tc.allowance, err: tc.err}
-				g := newGlobal(t, s, budget.GlobalConfig{LeaseSize: lease, FailClosed: failClosed, Shards: 2})
+				g := newGlobal(t, s, budget.GlobalConfig{LeaseSize: lease, FailOpen: !failClosed, Shards: 2})
 				for i := range 20 {
 					now := t0.Add(time.Duration(i) * 700 * time.Millisecond)
 					record(g, now, 25)
@@ -748,21 +823,24 @@ func TestGlobalNeverPanicsOnGarbage(t *testing.T) {
 	}
 }
 
-// TestGlobalAbstainsInALayeredBudget: with the store down, a fail-open
-// Global abstains and the local layer decides.
-func TestGlobalAbstainsInALayeredBudget(t *testing.T) {
+// TestGlobalFailOpenAbstainsInALayeredBudget: with the store down, a
+// Global with FailOpen abstains and the local layer decides; by default it
+// refuses.
+func TestGlobalFailOpenAbstainsInALayeredBudget(t *testing.T) {
 	s := newRecStore(newMapStore())
 	s.setFault(func(budget.Key, budget.Update) faultMode { return failBefore })
-	g := newGlobal(t, s, budget.GlobalConfig{})
-	refuse := refuseAll{}
-	grantAll := budget.Layered(g)
-	if rel, err := grantAll.AcquireRetry(context.Background(), t0, budget.Transient); err != nil {
+	open := newGlobal(t, s, budget.GlobalConfig{FailOpen: true})
+	if rel, err := budget.Layered(open).AcquireRetry(context.Background(), t0, budget.Transient); err != nil {
 		t.Fatalf("only layer abstained: %v", err)
 	} else {
 		rel.Done(budget.RetryFailed)
 	}
-	if _, err := budget.Layered(g, refuse).AcquireRetry(context.Background(), t0, budget.Transient); !errors.Is(err, budget.ErrExhausted) {
+	if _, err := budget.Layered(open, refuseAll{}).AcquireRetry(context.Background(), t0, budget.Transient); !errors.Is(err, budget.ErrExhausted) {
 		t.Fatalf("local layer refused, got %v", err)
+	}
+	closed := newGlobal(t, s, budget.GlobalConfig{})
+	if _, err := budget.Layered(closed).AcquireRetry(context.Background(), t0, budget.Transient); !errors.Is(err, budget.ErrExhausted) || !errors.Is(err, budget.ErrUnavailable) {
+		t.Fatalf("fail closed (the default): %v, want a refusal carrying the fault", err)
 	}
 }
 
@@ -815,3 +893,6 @@ func TestGlobalDropsHeldCountsOfEarlierWindows(t *testing.T) {
 		t.Fatalf("window 2 deposited %d, want only its own 10 requests (%d)", d, unit)
 	}
 }
+
+// constRand returns a Rand that always returns v.
+func constRand(v float64) func() float64 { return func() float64 { return v } }

@@ -42,8 +42,8 @@ type BreakerStoreConfig struct {
 //     consistent (one round trip, 2 × 0.5 read units).
 //   - Report: one conditional UpdateItem on the state item; two when the
 //     first was refused because the slot held another bucket than this
-//     store guessed (at most two, see Report). No read: the answer
-//     carries no override.
+//     store guessed, three when another environment started the bucket
+//     in between (see Report). No read: the answer carries no override.
 //   - Transition: one conditional UpdateItem on the state item, then one
 //     eventually consistent GetItem of the override item.
 //   - AcquireProbe: one conditional UpdateItem per slot tried: one when a
@@ -155,8 +155,9 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 // the state item "c#<name>" (attributes b<i>, r<i>, s<i>, f<i>, n<i>) and
 // sets watch_until when r.WatchUntil is not zero, with one conditional
 // UpdateItem in the common case. Every form is conditioned on the epoch
-// ("epoch = :e", or "attribute_not_exists(epoch) OR epoch = :e" for epoch
-// 0) and on what the slot holds:
+// ("epoch = :e", or "(attribute_not_exists(epoch) AND
+// attribute_not_exists(state)) OR epoch = 0" for epoch 0) and on what the
+// slot holds:
 //
 //	add    ADD r<i> :r, s<i> :s, f<i> :f, n<i> :n [SET watch_until = :w]
 //	       IF epoch AND b<i> = :b AND r<i>, s<i>, f<i>, n<i> are numbers
@@ -168,21 +169,30 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 //
 // The first form is guessed from what the slot held in the last answer
 // this store saw for the breaker (and, for a bucket newer than that,
-// from whether the slot already held the bucket the last time: in a busy
-// fleet another environment has usually started it). A refusal carries
+// from whether other environments lately started such buckets first, as
+// they usually do in a busy fleet: see internal/slothint). A refusal carries
 // the item as it stands (ALL_OLD): if its epoch is not r.Epoch, Report
 // returns it with breaker.ErrConflict and nothing is applied; otherwise
 // it sends the form the item calls for, or, for a late report without a
-// WatchUntil (nothing to write), returns the item as it stands. So a
-// Report makes at most two writes; if the slot moved again between them
-// (two buckets FleetSlots apart racing, which takes clock skew of a whole
-// rolling window), it gives up with an error satisfying breaker.ErrStore,
-// the counts not applied.
+// WatchUntil (nothing to write), returns the item as it stands.
+//
+// Within an epoch a slot only moves forward (older, then the reported
+// bucket, then a newer one), so the form a refusal calls for can be
+// refused again only because the slot moved on. A Report makes at most
+// three writes: one in the common case, two when the guess was wrong, and
+// a third when, between the first two, another environment started the
+// bucket (the add guessed, refused on an older bucket; the reset, refused
+// because the bucket is there now; the add again). If the slot moved on
+// once more (two buckets FleetSlots apart racing, which takes clock skew
+// of a whole rolling window) it gives up with an error satisfying
+// breaker.ErrStore, the counts not applied.
 //
 // The answer is the state after the write (ReturnValues ALL_NEW) without
 // the override (Override and OverrideUntil zero, see breaker.Store). A
-// slot attribute of the wrong type fails the condition, so a malformed
-// item comes back as a *MalformedItemError and is not written to.
+// malformed epoch or attribute of the slot written fails the condition
+// and is not written to; one elsewhere in the item (another slot,
+// watch_until, state) is found when the answer is decoded, after the
+// write. Either way Report returns a *MalformedItemError.
 //
 // A Report that times out may have been applied; the SDK's retry after
 // a lost answer may apply its counts twice (at most once more per
@@ -207,7 +217,7 @@ func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report
 			return breaker.Snapshot{}, fault
 		}
 		if err == nil {
-			if newBucket {
+			if newBucket && writes == 1 {
 				h.NoteStart(form)
 			}
 			return snap, nil
@@ -216,8 +226,8 @@ func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report
 			return snap, fmt.Errorf("herdguard: dynamo: breaker %q: epoch is %d, not %d: %w", name, snap.Epoch, r.Epoch, breaker.ErrConflict)
 		}
 		next := slothint.FormFor(snap.Buckets[slot].Num, r.Bucket)
-		if newBucket {
-			h.NoteStart(next)
+		if newBucket && writes == 1 {
+			h.NoteStart(next) // what the slot held when the first write landed
 		}
 		switch {
 		case next == form:
@@ -228,12 +238,15 @@ func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report
 		case next == slothint.Late && r.WatchUntil.IsZero():
 			// A late report with no watch to extend: nothing to write.
 			return snap, nil
-		case writes == 2:
-			return breaker.Snapshot{}, s.fail("Report", name, fmt.Errorf("slot %d moved twice during the report (now bucket %d, reported %d): %w", slot, snap.Buckets[slot].Num, r.Bucket, err))
+		case writes == maxReportWrites:
+			return breaker.Snapshot{}, s.fail("Report", name, fmt.Errorf("slot %d kept moving during the report (now bucket %d, reported %d, %d writes): %w", slot, snap.Buckets[slot].Num, r.Bucket, writes, err))
 		}
 		form = next
 	}
 }
+
+// maxReportWrites bounds the writes of one Report (see Report).
+const maxReportWrites = 3
 
 // validateReport checks Report's arguments.
 func validateReport(name string, r breaker.Report) error {
@@ -303,7 +316,15 @@ func reportExpression(r breaker.Report, f slothint.Form) (expression.Expression,
 			Set(st, expression.IfNotExists(st, stringValue(breaker.Closed.String()))).
 			Set(ep, expression.IfNotExists(ep, uintValue(0)))
 	}
-	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(epochCondition(r.Epoch).And(cond)).Build()
+	epoch := epochCondition(r.Epoch)
+	if r.Epoch == 0 {
+		// Only an item with neither epoch nor state is a breaker never
+		// transitioned: a Report does not make a state without an epoch
+		// (a hand-edited item) into one at epoch 0, it reports it.
+		e, st := expression.Name(layout.AttrEpoch), expression.Name(layout.AttrState)
+		epoch = expression.Or(expression.And(e.AttributeNotExists(), st.AttributeNotExists()), e.Equal(uintValue(0)))
+	}
+	expr, err := expression.NewBuilder().WithUpdate(update).WithCondition(epoch.And(cond)).Build()
 	if err != nil {
 		return expression.Expression{}, fmt.Errorf("building the %s update expression: %w", f, err)
 	}

@@ -323,8 +323,10 @@ func TestBreakerReport(t *testing.T) {
 		{"answer with the bucket in another slot", []any{stateItem("2", n+1, "1", "1", "1", "1")}, new(*MalformedItemError), "reset"},
 		{"throttled", []any{throttled()}, new(*types.ProvisionedThroughputExceededException), "reset"},
 		{"second write throttled", []any{ccf(stateItem("2", n, "1", "1", "0", "1")), throttled()}, new(*types.ProvisionedThroughputExceededException), "reset add"},
-		// Two buckets FleetSlots apart racing: no third write.
-		{"slot moved twice", []any{ccf(stateItem("2", n, "1", "1", "0", "1")), ccf(stateItem("2", n+10, "1", "1", "0", "1"))}, new(*types.ConditionalCheckFailedException), "reset add"},
+		// The slot moved on after each refusal (two buckets FleetSlots
+		// apart racing): no fourth write.
+		{"slot kept moving", []any{ccf(stateItem("2", n, "1", "1", "0", "1")), ccf(stateItem("2", n+10, "1", "1", "0", "1")), ccf(stateItem("2", n+20, "1", "1", "0", "1"))},
+			new(*types.ConditionalCheckFailedException), "reset add late"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f, ins := scripted(c.script...)
@@ -339,6 +341,27 @@ func TestBreakerReport(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("bucket started by another environment between the writes", func(t *testing.T) {
+		f, ins := scripted(
+			ccf(stateItem("2", n, "1", "1", "0", "1")), // a first report learns that others start buckets
+			stateItem("2", n, "5", "2", "2", "4"),
+			ccf(stateItem("2", n, "5", "2", "2", "4")),    // n+10: add refused, the slot still holds n
+			ccf(stateItem("2", n+10, "3", "3", "0", "3")), // reset refused: another environment started n+10
+			stateItem("2", n+10, "7", "4", "2", "6"),
+		)
+		s := newFakeBreakerStore(t, f, nil)
+		for _, b := range []int64{n, n + 10} {
+			rb := r
+			rb.Bucket = b
+			if _, err := s.Report(t.Context(), "payments", rb); err != nil {
+				t.Fatalf("Report of bucket %d: %v", b, err)
+			}
+		}
+		if forms := reportForms(t, *ins); forms != "reset add add reset add" {
+			t.Fatalf("forms sent %s, want reset add, add reset add", forms)
+		}
+	})
 
 	t.Run("deadline between the writes", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())

@@ -107,19 +107,6 @@ func (it item) str(attr string) (s string, ok bool, err error) {
 	return v.Value, true, nil
 }
 
-// stringSet returns a string set attribute; absent is empty.
-func (it item) stringSet(attr string) ([]string, error) {
-	av, ok := it.attrs[attr]
-	if !ok {
-		return nil, nil
-	}
-	v, isSS := av.(*types.AttributeValueMemberSS)
-	if !isSS {
-		return nil, it.malformed(attr, "is %s, want a string set (SS)", typeName(av))
-	}
-	return v.Value, nil
-}
-
 // typeName returns DynamoDB's name for the type of av, such as "S" or "N".
 func typeName(av types.AttributeValue) string {
 	switch av.(type) {

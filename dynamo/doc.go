@@ -67,9 +67,10 @@
 //	                                      reset: SET b<i> = :b, r<i> = :r, s<i> = :s, f<i> = :f, n<i> = :n [, watch_until = :w]
 //	                                             IF epoch = :e AND (attribute_not_exists(b<i>) OR b<i> < :b)
 //	                                      late:  SET watch_until = :w IF epoch = :e AND b<i> > :b
-//	                                      (epoch = :e is "attribute_not_exists(epoch) OR epoch = 0" at epoch 0,
-//	                                      where reset also sets state and epoch if absent); a refusal of the
-//	                                      form guessed is followed by the form the item calls for: ≤ 2 writes
+//	                                      (epoch = :e is "(attribute_not_exists(epoch) AND attribute_not_exists(state))
+//	                                      OR epoch = 0" at epoch 0, where reset also sets state and epoch if
+//	                                      absent); a refusal of the form guessed is followed by the form the
+//	                                      item calls for: 1 write, 2 after a wrong guess, at most 3
 //	BreakerStore.Transition   UpdateItem  SET state, epoch = :prev + 1, reopens, open_until (or REMOVE open_until)
 //	                                      REMOVE every slot attribute b0 ... n9 (watch_until is kept)
 //	                                      IF epoch = :prev (OR attribute_not_exists(epoch) when :prev is 0)
@@ -128,7 +129,7 @@
 //
 //	BudgetStore.Apply          1 write
 //	BreakerStore.Load          1 request: 2 item reads (1 read unit)
-//	BreakerStore.Report        1 write; 2 when the slot held another bucket than guessed
+//	BreakerStore.Report        1 write; 2 when the slot held another bucket than guessed, at most 3
 //	BreakerStore.Transition    1 write + 1 read (½ read unit)
 //	BreakerStore.AcquireProbe  1 write per slot tried: 1 if the first is free, limit when all are held
 //	BreakerStore.SetOverride   1 write

@@ -159,7 +159,7 @@ func TestReportExpression(t *testing.T) {
 		{rw, slothint.Add, "ADD r4 8, s4 2, f4 5, n4 7 SET watch_until = 1700000020001",
 			`(epoch = 3) AND ((b4 = 1700000004) AND (attribute_type (r4, "N")) AND (attribute_type (s4, "N")) AND (attribute_type (f4, "N")) AND (attribute_type (n4, "N")))`},
 		{r0, slothint.Add, "ADD r4 8, s4 2, f4 5, n4 7",
-			`((attribute_not_exists (epoch)) OR (epoch = 0)) AND ((b4 = 1700000004) AND (attribute_type (r4, "N")) AND (attribute_type (s4, "N")) AND (attribute_type (f4, "N")) AND (attribute_type (n4, "N")))`},
+			`(((attribute_not_exists (epoch)) AND (attribute_not_exists (state))) OR (epoch = 0)) AND ((b4 = 1700000004) AND (attribute_type (r4, "N")) AND (attribute_type (s4, "N")) AND (attribute_type (f4, "N")) AND (attribute_type (n4, "N")))`},
 		{r, slothint.Reset, "SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7",
 			"(epoch = 3) AND ((attribute_not_exists (b4)) OR (b4 < 1700000004))"},
 		{rw, slothint.Reset, "SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7, watch_until = 1700000020001",
@@ -167,7 +167,7 @@ func TestReportExpression(t *testing.T) {
 		// The first report of a breaker creates its state item, closed
 		// at epoch 0, unless a transition already made one.
 		{r0, slothint.Reset, `SET b4 = 1700000004, r4 = 8, s4 = 2, f4 = 5, n4 = 7, state = if_not_exists(state, "closed"), epoch = if_not_exists(epoch, 0)`,
-			"((attribute_not_exists (epoch)) OR (epoch = 0)) AND ((attribute_not_exists (b4)) OR (b4 < 1700000004))"},
+			"(((attribute_not_exists (epoch)) AND (attribute_not_exists (state))) OR (epoch = 0)) AND ((attribute_not_exists (b4)) OR (b4 < 1700000004))"},
 		{rw, slothint.Late, "SET watch_until = 1700000020001",
 			"(epoch = 3) AND (b4 > 1700000004)"},
 	} {

@@ -85,6 +85,7 @@ func TestCapacityModelMatchesDynamoDBLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dcs2 := newBreakerStore(t, api, table) // another environment's store
 	memMeter := capacity.NewMeter(capacity.Config{})
 	mbs := memstore.NewBudgetStore(memstore.Options{Meter: memMeter, Now: now})
 	mcs := memstore.NewBreakerStore(memstore.Options{Meter: memMeter, Now: now})
@@ -92,7 +93,7 @@ func TestCapacityModelMatchesDynamoDBLocal(t *testing.T) {
 	ctx := context.Background()
 	k := budget.Key{Name: "capacity", Shard: 1, Window: clock}
 	exp := clock.Add(time.Minute)
-	run := func(bs budget.Store, cs breaker.Store) error {
+	run := func(bs budget.Store, cs, cs2 breaker.Store) error {
 		for _, u := range []budget.Update{
 			{Floor: 3_000_000, Deposit: 100_000, Take: 1_000_000, Expires: exp},
 			{Floor: 3_000_000, Deposit: 200_000, Take: 1_000_000, Expires: exp},
@@ -109,11 +110,22 @@ func TestCapacityModelMatchesDynamoDBLocal(t *testing.T) {
 		if _, err := cs.Load(ctx, "capacity"); err != nil {
 			return err
 		}
-		// 60 reporters of 48-byte ids: the window item grows to about 3 KB.
+		// 60 Reports of two environments into four buckets of the state
+		// item: the first of a bucket resets its slot, the others add to
+		// it, and an environment that guessed the slot wrong pays a
+		// refused write first. Then a late one, refused.
+		n := clock.Unix()
 		for i := range 60 {
-			if _, err := cs.Report(ctx, "capacity", clock, fmt.Sprintf("env-%044d", i), int64(i%3), 1, exp); err != nil {
+			r := breaker.Report{Bucket: n + int64(i/15), Requests: 3, Successes: int64(i % 3), Failures: 1, Samples: 2}
+			if i%7 == 0 {
+				r.WatchUntil = clock.Add(20 * time.Second)
+			}
+			if _, err := []breaker.Store{cs, cs2}[i%2].Report(ctx, "capacity", r); err != nil {
 				return err
 			}
+		}
+		if _, err := cs2.Report(ctx, "capacity", breaker.Report{Bucket: n - breaker.FleetSlots, Requests: 1, Failures: 1, Samples: 1}); err != nil {
+			return err
 		}
 		if _, err := cs.Transition(ctx, "capacity", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1, Reopens: 1, OpenUntil: clock.Add(30 * time.Second)}); err != nil {
 			return err
@@ -134,10 +146,10 @@ func TestCapacityModelMatchesDynamoDBLocal(t *testing.T) {
 		}
 		return nil
 	}
-	if err := run(mbs, mcs); err != nil {
+	if err := run(mbs, mcs, mcs.Client()); err != nil {
 		t.Fatalf("in memory: %v", err)
 	}
-	if err := run(dbs, dcs); err != nil {
+	if err := run(dbs, dcs, dcs2); err != nil {
 		t.Fatalf("on DynamoDB Local: %v", err)
 	}
 	mem, dyn := memMeter.Stats(), proxyMeter.Stats()
@@ -147,8 +159,8 @@ func TestCapacityModelMatchesDynamoDBLocal(t *testing.T) {
 		mem.PeakItemWriteUnits != dyn.PeakItemWriteUnits || mem.PeakItemReadUnits != dyn.PeakItemReadUnits {
 		t.Errorf("in memory %+v\non DynamoDB Local %+v\nwant the same requests and units", mem, dyn)
 	}
-	if want := table + "/" + layout.WindowKey("capacity", clock.UnixMilli()); dyn.HottestWriteItem != want || mem.HottestWriteItem != layout.WindowKey("capacity", clock.UnixMilli()) {
-		t.Errorf("hottest write items %q (memory), %q (DynamoDB Local); want the fleet window", mem.HottestWriteItem, dyn.HottestWriteItem)
+	if want := table + "/" + layout.StateKey("capacity"); dyn.HottestWriteItem != want || mem.HottestWriteItem != layout.StateKey("capacity") {
+		t.Errorf("hottest write items %q (memory), %q (DynamoDB Local); want the breaker state", mem.HottestWriteItem, dyn.HottestWriteItem)
 	}
 	ps := proxy.Stats()
 	if ps.Checked < 60 || ps.Disagreed != 0 {

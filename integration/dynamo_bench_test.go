@@ -3,7 +3,10 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,12 +103,58 @@ func BenchmarkDynamoBreakerLoad(b *testing.B) {
 func BenchmarkDynamoBreakerReport(b *testing.B) {
 	api := newStoreClient(b)
 	st := newBreakerStore(b, api, newTable(b))
-	w := benchWindow()
-	envs := []string{"env-00", "env-01", "env-02", "env-03", "env-04", "env-05", "env-06", "env-07", "env-08", "env-09"}
+	// Reports of one bucket, as the environments of a fleet make them in
+	// one second: the first resets the slot, the others add to it.
+	n := benchWindow().Unix()
 	measure(b, st.Stats, func(ctx context.Context, i int) error {
-		_, err := st.Report(ctx, "bench", w, envs[i%len(envs)], 1, 1, w.Add(time.Hour))
+		_, err := st.Report(ctx, "bench", breaker.Report{Bucket: n, Requests: 2, Successes: 1, Failures: 1, Samples: 2})
 		return err
 	}, isNil)
+}
+
+// BenchmarkDynamoBreakerReportFleet measures what a Report costs when
+// several environments, each with a store of its own, report into one
+// breaker: each environment reports once per 100 ms bucket (every 80 to
+// 120 ms), so the first report of each bucket resets its slot and the
+// others add to it; a store that guessed its slot wrong pays a refused
+// write first. b.N is the number of Reports per environment.
+//
+//	go test -run '^$' -bench BenchmarkDynamoBreakerReportFleet -benchtime 30x ./integration/
+func BenchmarkDynamoBreakerReportFleet(b *testing.B) {
+	api := newStoreClient(b)
+	table := newTable(b)
+	for _, envs := range []int{1, 5, 20} {
+		b.Run(fmt.Sprintf("envs=%d", envs), func(b *testing.B) {
+			stores := make([]*dynamo.BreakerStore, envs)
+			for i := range stores {
+				stores[i] = newBreakerStore(b, api, table)
+			}
+			name := fmt.Sprintf("fleet-%d-%d", envs, b.N)
+			var wg sync.WaitGroup
+			for i, st := range stores {
+				rnd := rand.New(rand.NewPCG(uint64(i), uint64(envs)))
+				wg.Go(func() {
+					for range b.N {
+						time.Sleep(time.Duration(80+rnd.IntN(41)) * time.Millisecond)
+						r := breaker.Report{Bucket: time.Now().UnixMilli() / 100, Requests: 4, Successes: 3, Failures: 1, Samples: 1}
+						if _, err := st.Report(b.Context(), name, r); err != nil {
+							b.Errorf("Report: %v", err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			var writes, refused int64
+			for _, st := range stores {
+				writes += st.Stats().Writes
+				refused += st.Stats().ConditionalFailures
+			}
+			reports := float64(envs * b.N)
+			b.ReportMetric(float64(writes)/reports, "writes/report")
+			b.ReportMetric(float64(refused)/reports, "refused/report")
+		})
+	}
 }
 
 func BenchmarkDynamoBreakerTransition(b *testing.B) {

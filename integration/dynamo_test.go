@@ -337,6 +337,18 @@ func TestDynamoBreakerMalformedItems(t *testing.T) {
 			_, err := st.Load(storeCtx(t), name)
 			wantMalformed(t, "Load", err, c.bad)
 
+			// A Report of epoch 3 or 0 is refused, or applied and its
+			// answer found malformed: never a snapshot decoded from
+			// garbage nor an ErrConflict with garbage.
+			for _, prev := range []uint64{0, 3} {
+				snap, err := st.Report(storeCtx(t), name, breaker.Report{Epoch: prev, Bucket: now.Unix(), Requests: 1, Failures: 1, Samples: 1})
+				if errors.Is(err, breaker.ErrConflict) {
+					t.Fatalf("Report of epoch %d over %s = %+v, %v; a state that cannot be read is a store fault, not a conflict", prev, c.name, snap, err)
+				}
+				wantMalformed(t, fmt.Sprintf("Report of epoch %d", prev), err, c.bad)
+				putItem(t, api, table, item)
+			}
+
 			// Transition from epoch 3 (the value written, when it is a
 			// valid number) or from 0: either is refused by the condition
 			// or applies; it must never return a snapshot decoded from
@@ -395,28 +407,93 @@ func TestDynamoBreakerMalformedItems(t *testing.T) {
 		})
 	}
 
-	windows := []struct {
-		name  string
-		attrs map[string]types.AttributeValue
-		bad   string
-	}{
-		{"successes-string", map[string]types.AttributeValue{"successes": avS("1")}, "successes"},
-		{"failures-set", map[string]types.AttributeValue{"failures": &types.AttributeValueMemberNS{Value: []string{"1"}}}, "failures"},
-		{"failures-negative", map[string]types.AttributeValue{"failures": avN("-10")}, "failures"},
-		{"failures-huge", map[string]types.AttributeValue{"failures": avN("1e25")}, "failures"},
-		{"envs-string", map[string]types.AttributeValue{"envs": avS("env-a")}, "envs"},
-		{"envs-number-set", map[string]types.AttributeValue{"envs": &types.AttributeValueMemberNS{Value: []string{"1"}}}, "envs"},
+	// Fleet counts live in the state item, slot i holding bucket b<i> and
+	// its counts r<i>, s<i>, f<i>, n<i>. A Report into a malformed slot
+	// fails its condition or decodes the answer, and says which attribute
+	// is wrong; a malformed slot elsewhere in the item is found when the
+	// answer is decoded. A Transition, which empties every slot, repairs
+	// them.
+	n := now.Unix() // a bucket of the 1 s buckets of a 10 s Window
+	si := n % breaker.FleetSlots
+	slotAttr := func(a string, i int64) string { return fmt.Sprintf("%s%d", a, i) }
+	bucket := func(i, num int64, counts ...string) map[string]types.AttributeValue {
+		m := map[string]types.AttributeValue{slotAttr("b", i): avN(fmt.Sprint(num))}
+		for j, a := range []string{"r", "s", "f", "n"} {
+			m[slotAttr(a, i)] = avN(counts[j])
+		}
+		return m
 	}
-	for _, c := range windows {
-		t.Run("window/"+c.name, func(t *testing.T) {
-			name := "bad.window." + c.name
-			item := map[string]types.AttributeValue{"pk": avS(fmt.Sprintf("c#%s#w#%d", name, now.UnixMilli()))}
+	with := func(m map[string]types.AttributeValue, attr string, v types.AttributeValue) map[string]types.AttributeValue {
+		if v == nil {
+			delete(m, attr)
+		} else {
+			m[attr] = v
+		}
+		return m
+	}
+	other := (si + 3) % breaker.FleetSlots // a slot the Report does not write
+	// What the Report does: refused by its condition (nothing written),
+	// applied and its answer found malformed, or applied over the bad
+	// slot, which it replaces (an older bucket's slot is reset).
+	const (
+		refused = iota
+		decoded
+		repaired
+	)
+	slotCases := []struct {
+		name   string
+		attrs  map[string]types.AttributeValue
+		bad    string
+		report int
+	}{
+		{"bucket-string", with(bucket(si, n, "1", "1", "0", "1"), slotAttr("b", si), avS(fmt.Sprint(n))), slotAttr("b", si), refused},
+		{"bucket-in-another-slot", bucket(si, n+1, "1", "1", "0", "1"), slotAttr("b", si), refused},
+		{"bucket-zero", bucket(si, 0, "1", "1", "0", "1"), slotAttr("b", si), repaired},
+		{"requests-string", with(bucket(si, n, "1", "1", "0", "1"), slotAttr("r", si), avS("1")), slotAttr("r", si), refused},
+		{"requests-missing", with(bucket(si, n, "1", "1", "0", "1"), slotAttr("r", si), nil), slotAttr("r", si), refused},
+		{"successes-set", with(bucket(si, n, "1", "1", "0", "1"), slotAttr("s", si), &types.AttributeValueMemberNS{Value: []string{"1"}}), slotAttr("s", si), refused},
+		{"failures-negative", bucket(si, n, "1", "1", "-10", "1"), slotAttr("f", si), refused},
+		{"samples-huge", bucket(si, n, "1", "1", "0", "1e25"), slotAttr("n", si), refused},
+		{"older-bucket-fraction", bucket(si, n-10, "1.5", "1", "0", "1"), slotAttr("r", si), repaired},
+		{"other-slot-string", with(bucket(other, n, "1", "1", "0", "1"), slotAttr("b", other), avS("x")), slotAttr("b", other), decoded},
+		{"watch-until-string", map[string]types.AttributeValue{"watch_until": avS("later")}, "watch_until", decoded},
+	}
+	for _, c := range slotCases {
+		t.Run("slot/"+c.name, func(t *testing.T) {
+			name := "bad.slot." + c.name
+			item := map[string]types.AttributeValue{"pk": avS("c#" + name), "state": avS("closed"), "epoch": avN("3"), "reopens": avN("0")}
 			for k, v := range c.attrs {
 				item[k] = v
 			}
 			putItem(t, api, table, item)
-			_, err := st.Report(storeCtx(t), name, now, "env-a", 1, 1, now.Add(time.Hour))
-			wantMalformed(t, "Report", err, c.bad)
+			_, err := st.Load(storeCtx(t), name)
+			wantMalformed(t, "Load", err, c.bad)
+			snap, err := st.Report(storeCtx(t), name, breaker.Report{Epoch: 3, Bucket: n, Requests: 2, Failures: 2, Samples: 2})
+			switch c.report {
+			case repaired:
+				if err != nil || snap.Buckets[si] != (breaker.Bucket{Num: n, Requests: 2, Failures: 2, Samples: 2}) {
+					t.Fatalf("Report over %s = %+v, %v; want its counts alone in the slot", c.name, snap, err)
+				}
+			case refused:
+				wantMalformed(t, "Report", err, c.bad)
+				if got := getItem(t, api, table, "c#"+name); !sameItem(got, item) {
+					t.Fatalf("Report over %s changed the item to %v", c.name, got)
+				}
+			default:
+				if errors.Is(err, breaker.ErrConflict) {
+					t.Fatalf("Report over %s = %v; an item that cannot be read is a store fault, not a conflict", c.name, err)
+				}
+				wantMalformed(t, "Report", err, c.bad)
+			}
+			// A transition empties every slot (a malformed watch stays).
+			snap, err = st.Transition(storeCtx(t), name, 3, breaker.Snapshot{State: breaker.Open, Epoch: 4})
+			if c.bad == "watch_until" {
+				wantMalformed(t, "Transition", err, c.bad)
+				return
+			}
+			if err != nil || snap.Epoch != 4 || snap.Buckets != [breaker.FleetSlots]breaker.Bucket{} {
+				t.Fatalf("Transition over %s = %+v, %v; want epoch 4 with every slot empty", c.name, snap, err)
+			}
 		})
 	}
 
@@ -455,16 +532,47 @@ func TestDynamoBreakerMalformedItems(t *testing.T) {
 	}
 }
 
+// farWindow is the window of the tests that check items written with
+// fixed times: far in the future, because DynamoDB Local deletes items
+// whose expires has passed (time to live) at a moment of its own, and a
+// test that wrote expired items raced that sweep (an item written a moment
+// before was gone when read back, on a loaded machine).
+var farWindow = time.UnixMilli(4_100_000_000_000)
+
 // TestDynamoItemLayout checks the items the stores write against the layout
 // documented in package dynamo (and docs/ARCHITECTURE.md), attribute by
 // attribute, so that an operator's put-item and the code agree.
+// sameItem reports whether two items hold the same attributes, numbers
+// compared by value (DynamoDB answers 1e25 as 10000000000000000000000000).
+func sameItem(a, b map[string]types.AttributeValue) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		x, okX := v.(*types.AttributeValueMemberN)
+		y, okY := b[k].(*types.AttributeValueMemberN)
+		if okX && okY {
+			fx, _, errX := big.ParseFloat(x.Value, 10, 256, big.ToNearestEven)
+			fy, _, errY := big.ParseFloat(y.Value, 10, 256, big.ToNearestEven)
+			if errX != nil || errY != nil || fx.Cmp(fy) != 0 {
+				return false
+			}
+			continue
+		}
+		if fmt.Sprint(v) != fmt.Sprint(b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
 func TestDynamoItemLayout(t *testing.T) {
 	api := newStoreClient(t)
 	table := newTable(t)
 	bs := newBudgetStore(t, api, table)
 	cs := newBreakerStore(t, api, table)
 	ctx := storeCtx(t)
-	w := time.UnixMilli(1_700_000_000_000)
+	w := farWindow
 
 	if _, err := bs.Apply(ctx, budget.Key{Name: "payments", Shard: 2, Window: w}, budget.Update{Floor: 3, Deposit: 4, Take: 1, Expires: w.Add(20*time.Second + time.Millisecond)}); err != nil {
 		t.Fatalf("Apply: %v", err)
@@ -475,8 +583,23 @@ func TestDynamoItemLayout(t *testing.T) {
 	if err := cs.SetOverride(ctx, "payments", breaker.ForcedOpen, w.Add(time.Hour)); err != nil {
 		t.Fatalf("SetOverride: %v", err)
 	}
-	if _, err := cs.Report(ctx, "payments", w, "env-1", 2, 3, w.Add(30*time.Second)); err != nil {
+	// 1 s buckets: bucket 4,100,000,003 goes to slot 3.
+	if _, err := cs.Report(ctx, "payments", breaker.Report{Epoch: 1, Bucket: 4_100_000_003, Requests: 8, Successes: 2, Failures: 3, Samples: 4, WatchUntil: w.Add(20 * time.Second)}); err != nil {
 		t.Fatalf("Report: %v", err)
+	}
+	if _, err := cs.Report(ctx, "payments", breaker.Report{Epoch: 1, Bucket: 4_100_000_003, Requests: 1, Failures: 1, Samples: 1}); err != nil {
+		t.Fatalf("Report: %v", err)
+	}
+	// A breaker first written by a Report is created closed at epoch 0.
+	if _, err := cs.Report(ctx, "fresh", breaker.Report{Bucket: 4_100_000_011, Requests: 1, Successes: 1, Samples: 1}); err != nil {
+		t.Fatalf("Report: %v", err)
+	}
+	// A transition empties the slots and keeps the watch.
+	if _, err := cs.Report(ctx, "moved", breaker.Report{Bucket: 4_100_000_005, Requests: 1, Failures: 1, Samples: 1, WatchUntil: w.Add(time.Minute)}); err != nil {
+		t.Fatalf("Report: %v", err)
+	}
+	if _, err := cs.Transition(ctx, "moved", 0, breaker.Snapshot{State: breaker.Closed, Epoch: 1}); err != nil {
+		t.Fatalf("Transition: %v", err)
 	}
 	slot, err := cs.AcquireProbe(ctx, "payments", 1, 1, w, w.Add(5*time.Second))
 	if err != nil {
@@ -484,11 +607,13 @@ func TestDynamoItemLayout(t *testing.T) {
 	}
 
 	want := map[string]map[string]types.AttributeValue{
-		"b#payments#2#1700000000000":         {"allowance": avN("6"), "expires": avN("1700000021")},
-		"c#payments":                         {"state": avS("open"), "epoch": avN("1"), "open_until": avN("1700000030000"), "reopens": avN("2")},
+		"b#payments#2#4100000000000": {"allowance": avN("6"), "expires": avN("4100000021")},
+		"c#payments": {"state": avS("open"), "epoch": avN("1"), "open_until": avN("4100000030000"), "reopens": avN("2"), "watch_until": avN("4100000020000"),
+			"b3": avN("4100000003"), "r3": avN("9"), "s3": avN("2"), "f3": avN("4"), "n3": avN("5")},
+		"c#fresh":                            {"state": avS("closed"), "epoch": avN("0"), "b1": avN("4100000011"), "r1": avN("1"), "s1": avN("1"), "f1": avN("0"), "n1": avN("1")},
+		"c#moved":                            {"state": avS("closed"), "epoch": avN("1"), "reopens": avN("0"), "watch_until": avN("4100000060000")},
 		"c#payments#override":                {"override": avS("force-open"), "until": avN("1700003600000"), "expires": avN("1700090000")},
-		"c#payments#w#1700000000000":         {"successes": avN("2"), "failures": avN("3"), "envs": &types.AttributeValueMemberSS{Value: []string{"env-1"}}, "expires": avN("1700000030")},
-		fmt.Sprintf("c#payments#p#%d", slot): {"epoch": avN("1"), "lease_until": avN("1700000005000"), "expires": avN("1700086405")},
+		fmt.Sprintf("c#payments#p#%d", slot): {"epoch": avN("1"), "lease_until": avN("4100000005000"), "expires": avN("1700086405")},
 	}
 	for pk, attrs := range want {
 		got := getItem(t, api, table, pk)
@@ -517,7 +642,7 @@ func TestDynamoSetOverrideReplacesEnd(t *testing.T) {
 	api := newStoreClient(t)
 	table := newTable(t)
 	cs := newBreakerStore(t, api, table)
-	w := time.UnixMilli(1_700_000_000_000)
+	w := farWindow
 	const pk = "c#ends#override"
 
 	steps := []struct {
@@ -526,9 +651,9 @@ func TestDynamoSetOverrideReplacesEnd(t *testing.T) {
 		until time.Time
 		want  map[string]types.AttributeValue
 	}{
-		{"an override with an end", breaker.ForcedOpen, w.Add(time.Hour), map[string]types.AttributeValue{"override": avS("force-open"), "until": avN("1700003600000"), "expires": avN("1700090000")}},
+		{"an override with an end", breaker.ForcedOpen, w.Add(time.Hour), map[string]types.AttributeValue{"override": avS("force-open"), "until": avN("4100003600000"), "expires": avN("4100090000")}},
 		{"then one without", breaker.ForcedOpen, time.Time{}, map[string]types.AttributeValue{"override": avS("force-open")}},
-		{"then another end", breaker.Disabled, w.Add(2 * time.Hour), map[string]types.AttributeValue{"override": avS("disabled"), "until": avN("1700007200000"), "expires": avN("1700093600")}},
+		{"then another end", breaker.Disabled, w.Add(2 * time.Hour), map[string]types.AttributeValue{"override": avS("disabled"), "until": avN("4100007200000"), "expires": avN("4100093600")}},
 		{"then none, which has no end", breaker.NoOverride, w.Add(3 * time.Hour), map[string]types.AttributeValue{"override": avS("none")}},
 	}
 	for _, s := range steps {
@@ -616,10 +741,24 @@ func TestDynamoStatsCount(t *testing.T) {
 	}, dynamo.Stats{})
 
 	step("Load", cs.Stats, func() error { _, err := cs.Load(storeCtx(t), "stats"); return err }, dynamo.Stats{Reads: 1})
-	step("Report", cs.Stats, func() error {
-		_, err := cs.Report(storeCtx(t), "stats", now, "env", 1, 1, now.Add(time.Minute))
-		return err
-	}, dynamo.Stats{Writes: 1})
+	n := now.Unix()
+	report := func(st *dynamo.BreakerStore, r breaker.Report) func() error {
+		return func() error { _, err := st.Report(storeCtx(t), "stats", r); return err }
+	}
+	r := breaker.Report{Bucket: n, Requests: 1, Failures: 1, Samples: 1}
+	step("Report starting a bucket", cs.Stats, report(cs, r), dynamo.Stats{Writes: 1})
+	step("Report adding to it", cs.Stats, report(cs, r), dynamo.Stats{Writes: 1})
+	// Another environment's store guesses that it starts the bucket: its
+	// reset is refused, and it adds.
+	cs2 := newBreakerStore(t, api, table)
+	step("Report from another store", cs2.Stats, report(cs2, r), dynamo.Stats{Writes: 2, ConditionalFailures: 1})
+	step("Report from it again", cs2.Stats, report(cs2, r), dynamo.Stats{Writes: 1})
+	// A late report: the slot holds a newer bucket. Without a watch the
+	// refusal is the answer; with one, known late, the watch is written.
+	late := breaker.Report{Bucket: n - breaker.FleetSlots, Requests: 1, Failures: 1, Samples: 1}
+	step("late Report", cs.Stats, report(cs, late), dynamo.Stats{Writes: 1, ConditionalFailures: 1})
+	late.WatchUntil = now.Add(time.Minute)
+	step("late Report with a watch", cs.Stats, report(cs, late), dynamo.Stats{Writes: 1})
 	step("Transition", cs.Stats, func() error {
 		_, err := cs.Transition(storeCtx(t), "stats", 0, breaker.Snapshot{State: breaker.HalfOpen, Epoch: 1})
 		return err
@@ -638,6 +777,13 @@ func TestDynamoStatsCount(t *testing.T) {
 		}
 		return err
 	}, dynamo.Stats{Writes: 1, Reads: 1, ConditionalFailures: 1})
+	step("Report of the old epoch", cs.Stats, func() error {
+		_, err := cs.Report(storeCtx(t), "stats", r)
+		if !errors.Is(err, breaker.ErrConflict) {
+			t.Errorf("Report of epoch 0 at epoch 1 = %v, want ErrConflict", err)
+		}
+		return err
+	}, dynamo.Stats{Writes: 1, ConditionalFailures: 1})
 	for i := range 3 {
 		step("AcquireProbe granted", cs.Stats, func() error {
 			_, err := cs.AcquireProbe(storeCtx(t), "stats", 1, 3, now, now.Add(time.Minute))

@@ -345,7 +345,6 @@ func newFTEnv(t *testing.T, i int, table, endpoint string, clock *ftClock, log *
 		Store:           ftSpyStore{Store: e.breakers, log: log},
 		CacheTTL:        ftCacheTTL,
 		StoreTimeout:    ftStoreTimeout,
-		Env:             e.id,
 		OnStoreError: func(op string, err error) {
 			e.breakerFaults.Add(1)
 			e.noteFault(fmt.Errorf("breaker store %s: %w", op, err))
@@ -434,11 +433,17 @@ type ftFleet struct {
 	partner *ftPartner
 	log     *ftBreakerLog
 	envs    []*ftEnv
+	// carriedFrom[w] is the fleet's Global CarriedRequests when the first
+	// tick of global window w started (see ftCheckGlobalBound).
+	carriedFrom []int64
 }
 
 // tick runs one invocation in every environment, all at once, and waits
 // for them all: afterwards no call is in flight.
 func (f *ftFleet) tick(ctx context.Context) (sum ftOutcomes, per []ftOutcomes) {
+	for w := f.clock.current() / ftWindowTicks; len(f.carriedFrom) <= w; {
+		f.carriedFrom = append(f.carriedFrom, f.globalStats().CarriedRequests)
+	}
 	per = make([]ftOutcomes, len(f.envs))
 	var wg sync.WaitGroup
 	for i, e := range f.envs {
@@ -512,7 +517,11 @@ func (f *ftFleet) globalStats() budget.GlobalStats {
 		s.LeasedRetries += g.LeasedRetries
 		s.Faults += g.Faults
 		s.ReportedRequests += g.ReportedRequests
+		s.CarriedRequests += g.CarriedRequests
 		s.LostRequests += g.LostRequests
+		s.Deposits += g.Deposits
+		s.RefusalWrites += g.RefusalWrites
+		s.Throttled += g.Throttled
 	}
 	return s
 }

@@ -148,6 +148,19 @@ func TestReliabilityBadBreakerItems(t *testing.T) {
 		{"open-until-year-300000", map[string]types.AttributeValue{"state": relS("open"), "epoch": relN("6"), "open_until": relN("9467000000000000")}, nil, "open_until"},
 		{"open-until-as-string", map[string]types.AttributeValue{"state": relS("open"), "epoch": relN("6"), "open_until": relS("later")}, nil, "open_until"},
 		{"reopens-negative", map[string]types.AttributeValue{"state": relS("open"), "epoch": relN("6"), "reopens": relN("-1")}, nil, "reopens"},
+		// The fleet's counts live in the state item's slots (b<i>, r<i>,
+		// s<i>, f<i>, n<i>) beside watch_until.
+		{"slot-bucket-as-string", map[string]types.AttributeValue{"state": relS("closed"), "epoch": relN("6"),
+			"b3": relS("1700000003"), "r3": relN("1"), "s3": relN("0"), "f3": relN("1"), "n3": relN("1")}, nil, "b3"},
+		{"slot-bucket-in-another-slot", map[string]types.AttributeValue{"state": relS("closed"), "epoch": relN("6"),
+			"b3": relN("1700000004"), "r3": relN("1"), "s3": relN("0"), "f3": relN("1"), "n3": relN("1")}, nil, "b3"},
+		{"slot-failures-negative", map[string]types.AttributeValue{"state": relS("closed"), "epoch": relN("6"),
+			"b3": relN("1700000003"), "r3": relN("1"), "s3": relN("0"), "f3": relN("-1"), "n3": relN("1")}, nil, "f3"},
+		{"slot-samples-missing", map[string]types.AttributeValue{"state": relS("closed"), "epoch": relN("6"),
+			"b3": relN("1700000003"), "r3": relN("1"), "s3": relN("0"), "f3": relN("1")}, nil, "n3"},
+		{"slot-requests-huge", map[string]types.AttributeValue{"state": relS("closed"), "epoch": relN("6"),
+			"b3": relN("1700000003"), "r3": relN("1e30"), "s3": relN("0"), "f3": relN("1"), "n3": relN("1")}, nil, "r3"},
+		{"watch-until-as-string", map[string]types.AttributeValue{"state": relS("closed"), "epoch": relN("6"), "watch_until": relS("later")}, nil, "watch_until"},
 		{"override-typo", nil, map[string]types.AttributeValue{"override": relS("force_closed")}, "override"},
 		{"override-as-number", nil, map[string]types.AttributeValue{"override": relN("2")}, "override"},
 		{"override-until-garbage", nil, map[string]types.AttributeValue{"override": relS("force-closed"), "until": relS("tomorrow")}, "until"},
@@ -163,13 +176,13 @@ func TestReliabilityBadBreakerItems(t *testing.T) {
 			}))
 			var arrivals atomic.Int64
 			op := func(context.Context, int) error { arrivals.Add(1); return nil }
-			newEnv := func(env string) (*retry.Executor, *relStoreErrors) {
+			newEnv := func() (*retry.Executor, *relStoreErrors) {
 				errs := &relStoreErrors{}
 				cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
 				if err != nil {
 					t.Fatal(err)
 				}
-				b, err := breaker.New(name, breaker.Settings{Store: cs, Env: env, CacheTTL: cacheTTL, StoreTimeout: 2 * time.Second,
+				b, err := breaker.New(name, breaker.Settings{Store: cs, CacheTTL: cacheTTL, StoreTimeout: 2 * time.Second,
 					OnStoreError: func(_ string, err error) { errs.add(err) }})
 				if err != nil {
 					t.Fatal(err)
@@ -180,7 +193,7 @@ func TestReliabilityBadBreakerItems(t *testing.T) {
 				}
 				return e, errs
 			}
-			seen, seenErrs := newEnv("seen")
+			seen, seenErrs := newEnv()
 			if err := seen.Do(context.Background(), op); !errors.Is(err, breaker.ErrOpen) {
 				t.Fatalf("with the fleet open, a call = %v; want ErrOpen", err)
 			}
@@ -193,7 +206,7 @@ func TestReliabilityBadBreakerItems(t *testing.T) {
 				relPut(t, admin, table, relItem("c#"+name+"#override", tc.ovr))
 			}
 			clock.Advance(2 * cacheTTL) // the cached state is stale: the next call reads the item
-			fresh, freshErrs := newEnv("fresh")
+			fresh, freshErrs := newEnv()
 			for range 3 {
 				if err := seen.Do(context.Background(), op); !errors.Is(err, breaker.ErrOpen) {
 					t.Errorf("an environment that knew the fleet was open: call = %v after the item was broken; want ErrOpen (its local breaker is still open)", err)
@@ -282,7 +295,7 @@ func TestReliabilityBadBudgetItems(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				g, err := budget.NewGlobal(bs, name, budget.GlobalConfig{Window: time.Hour, Floor: 1000, FailClosed: failClosed, FaultCooldown: -1, StoreTimeout: 2 * time.Second})
+				g, err := budget.NewGlobal(bs, name, budget.GlobalConfig{Window: time.Hour, Floor: 1000, FailOpen: !failClosed, FaultCooldown: -1, StoreTimeout: 2 * time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -396,14 +409,14 @@ func TestReliabilityBadNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	lbs, lcs := local.NewBudgetStore(), local.NewBreakerStore()
-	now := time.UnixMilli(1_700_000_000_000)
+	now := farWindow // items that expire in the past are DynamoDB Local's to delete (see farWindow)
 	ctx := context.Background()
 
 	bad := []struct{ label, name, want string }{
 		{"empty", "", "empty"},
 		{"separator", "pay#ments", `'#'`},
-		{"forged-override", "payments#override", `'#'`}, // a breaker named so would be "payments"'s override item
-		{"forged-window", "payments#w#1700000000000", `'#'`},
+		{"forged-override", "payments#override", `'#'`},      // a breaker named so would be "payments"'s override item
+		{"forged-window", "payments#w#1700000000000", `'#'`}, // the fleet window items of older versions
 		{"forged-probe", "payments#p#0", `'#'`},
 		{"forged-shard", "payments#0#1700000000000", `'#'`}, // a budget named so would be shard 0 of "payments"
 		{"129-bytes", strings.Repeat("n", budget.MaxNameLen+1), "bytes long"},
@@ -442,7 +455,7 @@ func TestReliabilityBadNames(t *testing.T) {
 				check(s.kind+" BudgetStore.Apply", err)
 				_, err = s.cs.Load(ctx, b.name)
 				check(s.kind+" BreakerStore.Load", err)
-				_, err = s.cs.Report(ctx, b.name, now, "env", 1, 1, now.Add(time.Minute))
+				_, err = s.cs.Report(ctx, b.name, breaker.Report{Bucket: now.Unix(), Requests: 1, Failures: 1, Samples: 1})
 				check(s.kind+" BreakerStore.Report", err)
 				_, err = s.cs.Transition(ctx, b.name, 0, breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: now.Add(time.Minute)})
 				check(s.kind+" BreakerStore.Transition", err)

@@ -11,8 +11,8 @@ package retry_test
 //   - herdguard: the configuration users run. Executor.Do with the default
 //     SystemClock, a closed in-memory breaker and a local Ratio budget: the
 //     breaker gate, the budget's request count, the operation, the
-//     breaker outcome and the budget's success, timed by two monotonic
-//     clock reads (start and end of the attempt).
+//     breaker outcome and the budget's success, timed by time.Now at the
+//     start and the monotonic clock at the end of the attempt.
 //   - herdguard-breaker: the same without a budget, what gobreaker does.
 //   - gobreaker (count-based) and gobreaker-rolling (a 10 s window in 1 s
 //     buckets, like herdguard's): CircuitBreaker.Execute, which reads

@@ -26,17 +26,22 @@
 //     minus DeadlineMargin, or a Retry-After above MaxRetryAfter, ends the
 //     call at once with the partner's error: no budget is spent and no
 //     idle time paid for;
-//  5. the budgets (Config.Budgets, asked in order with budget.AcquireAll:
+//  5. the breaker gate for the next attempt, before any budget is asked, so
+//     that a retry the breaker rejects is never charged to them;
+//  6. the budgets (Config.Budgets, asked in order with budget.AcquireAll:
 //     the local in-memory one, then the fleet-wide one). A refusal ends the
-//     call with a *budget.ExhaustedError; a layer whose store failed
-//     abstains and is reported to OnStoreError;
-//  6. the wait, through Config.Clock, which returns early when the context
-//     ends; then the next attempt, through the breaker gate again.
+//     call with a *budget.ExhaustedError and hands the breaker's permit back
+//     as Excluded; a layer whose store failed is reported to OnStoreError
+//     and abstains or refuses, as it chooses (budget.Global refuses unless
+//     configured with FailOpen);
+//  7. the wait, through Config.Clock, which returns early when the context
+//     ends; then the next attempt.
 //
 // Every outcome is recorded: each budget sees RecordRequest once per call,
 // RecordSuccess for a first-attempt success, and the outcome of each retry
-// it granted (succeeded, failed, or not used when the wait or the breaker
-// cut it short); the breaker sees every attempt it admitted.
+// it granted (succeeded, failed, or not used when the wait cut it short);
+// the breaker sees every attempt it admitted, and Excluded for a permit
+// whose attempt never ran.
 //
 // # Errors
 //

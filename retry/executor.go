@@ -65,8 +65,10 @@ type Config struct {
 	// Budgets are asked, in order, before every retry; all must grant
 	// (budget.AcquireAll). Put the in-memory local budget first and the
 	// fleet-wide one after it, so that a local refusal costs no store call.
-	// A layer that cannot reach its store abstains and is reported to
-	// OnStoreError. No budgets: retries are limited by MaxAttempts only.
+	// A layer that cannot reach its store is reported to OnStoreError and
+	// abstains or refuses, as it chooses (budget.Global refuses unless
+	// configured with FailOpen). No budgets: retries are limited by
+	// MaxAttempts only.
 	Budgets []budget.Budget
 
 	// Breaker, if not nil, gates every attempt (the first and each retry)
@@ -97,7 +99,7 @@ type Config struct {
 	// error about to be returned.
 	OnBudgetExhausted func(*budget.ExhaustedError)
 	// OnStoreError is called when budget layer Budgets[layer] could not
-	// decide (its store failed) and abstained.
+	// reach its store (it then abstained, or refused if it fails closed).
 	OnStoreError func(layer int, err error)
 	// Logger, if not nil, logs budget exhaustion and store errors at Warn,
 	// give-ups after retrying at Info, and other give-ups at Debug.
@@ -159,7 +161,7 @@ type Executor struct {
 	breaker     *breaker.Breaker
 	classifiers []Classifier
 	clock       Clock
-	sys         *sysClock // set when clock is SystemClock: read it instead
+	sys         bool // clock is SystemClock: time an attempt with the monotonic clock
 	rand        func() float64
 
 	onRetry           func(RetryEvent)
@@ -215,7 +217,7 @@ func New(cfg Config) (*Executor, error) {
 		e.clock = SystemClock{}
 	}
 	if _, ok := e.clock.(SystemClock); ok {
-		e.sys = newSysClock()
+		e.sys = true
 	}
 	if e.rand == nil {
 		e.rand = rand.Float64
@@ -291,8 +293,8 @@ func (e *Executor) MaxAttempts() int { return e.maxAttempts }
 //
 // On the healthy path (breaker closed, in-memory budgets, first attempt
 // succeeds, no AttemptTimeout) Do does not allocate and reads the clock
-// twice (with SystemClock, two monotonic clock reads; a step of the wall
-// clock costs one small allocation, see SystemClock).
+// twice (with SystemClock, time.Now when the call starts and the monotonic
+// clock when its attempt ends).
 func (e *Executor) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
 	return e.loop(ctx, call{idempotent: e.idempotent}, op)
 }
@@ -358,9 +360,12 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 
 // loop is the retry loop, shared by every entry point: breaker gate →
 // attempt → classification → breaker outcome (decided by the verdict) →
-// attempts left? → delay and deadline check → budgets → wait → next
-// attempt. It is not generic, so
-// that Executor.Do calls op directly; run wraps it for values.
+// attempts left? → delay and deadline check → breaker gate for the next
+// attempt → budgets → wait → next attempt. The gate comes before the
+// budgets so that a retry the breaker rejects is never charged to them; a
+// budget refusal after the gate admitted hands the permit back (Excluded).
+// It is not generic, so that Executor.Do calls op directly; run wraps it
+// for values.
 func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, int) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -376,7 +381,6 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		release  budget.Release // grant of the retry in progress, if any
 		cancel   context.CancelFunc
 		inFlight bool // op is running: if it panics, settle permit and grant
-		lastErr  error
 	)
 	defer func() {
 		if inFlight { // op panicked; account for it and let the panic go on
@@ -391,18 +395,13 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 	}()
 
 	for attempt := 1; ; attempt++ {
-		if e.breaker != nil {
-			var err error
-			actx := ctx
-			if attempt > 1 {
-				actx = attemptctx.Retry(ctx) // not sampled for the fleet's counts
-			}
-			if permit, err = e.breaker.Allow(actx, now); err != nil {
-				release.Done(budget.RetryNotUsed)
-				return e.rejected(ctx, attempt-1, lastErr, err)
-			}
-		}
 		if attempt == 1 {
+			if e.breaker != nil {
+				var err error
+				if permit, err = e.breaker.Allow(ctx, now); err != nil {
+					return e.rejected(ctx, 0, nil, err)
+				}
+			}
 			for _, b := range e.budgets {
 				b.RecordRequest(now)
 			}
@@ -443,7 +442,6 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		}
 		release.Done(budget.RetryFailed)
 		release = nil
-		lastErr = err
 
 		if !verdict.Retryable() {
 			return e.giveUp(ctx, attempt, NotRetryable, err, nil)
@@ -458,40 +456,54 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		if !ok {
 			return e.giveUp(ctx, attempt, reason, err, nil)
 		}
-		rel, berr := budget.AcquireAll(ctx, now, kind, e.budgets, e.storeErr)
-		if berr != nil {
-			return e.exhausted(ctx, attempt, err, berr, delay)
+		if e.breaker != nil {
+			var oerr error
+			// The retry's context is marked: the breaker does not sample
+			// retries for the fleet's counts (internal/attempt).
+			if permit, oerr = e.breaker.Allow(attemptctx.Retry(ctx), now); oerr != nil {
+				return e.rejected(ctx, attempt, err, oerr)
+			}
+		}
+		rel, gerr := e.grant(ctx, now, RetryEvent{Attempt: attempt, Delay: delay, RetryAfter: hint, Err: err, Kind: kind})
+		if gerr != nil {
+			e.excluded(ctx, now, permit)
+			return gerr
 		}
 		release = rel
-		if e.onRetry != nil {
-			e.onRetry(RetryEvent{Attempt: attempt, Delay: delay, RetryAfter: hint, Err: err, Kind: kind})
-		}
 		if c.beforeWait != nil {
 			c.beforeWait()
 		}
 		if serr := e.clock.Sleep(ctx, delay); serr != nil {
 			release.Done(budget.RetryNotUsed)
+			e.excluded(ctx, e.clock.Now(), permit)
 			return e.giveUp(ctx, attempt, ContextDone, err, serr)
 		}
 		now = e.now()
 	}
 }
 
-// now reads the clock. The system clock is read through e.sys, which
-// costs one monotonic clock read (see sysClock).
+// excluded hands back a breaker permit whose attempt will not run.
+func (e *Executor) excluded(ctx context.Context, now time.Time, p breaker.Permit) {
+	if e.breaker != nil {
+		e.breaker.Done(ctx, now, p, breaker.Excluded)
+	}
+}
+
+// now reads the clock.
 func (e *Executor) now() time.Time {
-	if e.sys != nil {
-		return e.sys.now()
+	if e.sys {
+		return time.Now()
 	}
 	return e.clock.Now()
 }
 
 // attemptEnd returns the time an attempt that started at start ended. With
-// the system clock it is start plus the monotonic time elapsed, one
-// monotonic clock read, so that an attempt's duration ignores wall-clock
-// steps during it.
+// the system clock it is start plus the monotonic time elapsed (start was
+// read just before the attempt, so the freeze of a Lambda environment
+// cannot fall in between), one monotonic clock read, and an attempt's
+// duration ignores wall-clock steps during it.
 func (e *Executor) attemptEnd(start time.Time) time.Time {
-	if e.sys != nil {
+	if e.sys {
 		return start.Add(time.Since(start))
 	}
 	return e.clock.Now()
@@ -549,19 +561,13 @@ func (e *Executor) plan(now, deadline time.Time, hasDeadline bool, retry int, ki
 	if hint < 0 {
 		hint = 0
 	}
-	if hint > e.maxRetryAfter {
-		return 0, RetryAfterTooLong, false
-	}
 	base := e.transientBase
 	if kind == budget.Throttling {
 		base = e.throttlingBase
 	}
 	wait = addSat(hint, FullJitter(retry, base, e.maxDelay, random))
-	if hasDeadline {
-		left := subSat(deadline.Sub(now), e.margin)
-		if wait >= left {
-			return 0, DeadlineTooClose, false
-		}
+	if reason, ok = e.fits(now, deadline, hasDeadline, hint, wait); !ok {
+		return 0, reason, false
 	}
 	return wait, 0, true
 }

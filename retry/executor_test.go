@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -265,8 +266,10 @@ func TestBreaker(t *testing.T) {
 		if !errors.Is(err, breaker.ErrOpen) || !errors.As(err, &se) {
 			t.Errorf("err = %v; want both breaker.ErrOpen and the 503 reachable", err)
 		}
-		if s := b.snapshot(); !slices.Equal(s.outcomes, []budget.Outcome{budget.RetryNotUsed}) {
-			t.Errorf("outcomes = %v, want [not-used]", s.outcomes)
+		// The gate comes before the budgets: the rejected retry was never
+		// charged to them.
+		if s := b.snapshot(); len(s.acquires) != 0 || len(s.outcomes) != 0 {
+			t.Errorf("budget asked %v, outcomes %v; want it never asked", s.acquires, s.outcomes)
 		}
 	})
 	t.Run("outcomes", func(t *testing.T) {
@@ -397,23 +400,28 @@ func TestContextEndsDuringAttempt(t *testing.T) {
 			t.Errorf("Do = %v after %d calls; want context.Canceled and no call", err, calls)
 		}
 	})
+	// In a synctest bubble: the 1 ms deadline passes while the partner
+	// hangs, never before Do has made its first attempt, however slow the
+	// machine.
 	t.Run("deadline while waiting for the partner", func(t *testing.T) {
-		br := mustBreaker(t)
-		e := mustNew(t, retry.Config{Breaker: br, Clock: newFakeClock(), Idempotent: true})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		defer cancel()
-		calls := 0
-		err := e.Do(ctx, func(ctx context.Context, _ int) error {
-			calls++
-			<-ctx.Done() // the partner hangs
-			return ctx.Err()
+		synctest.Test(t, func(t *testing.T) {
+			br := mustBreaker(t)
+			e := mustNew(t, retry.Config{Breaker: br, Clock: newFakeClock(), Idempotent: true})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			defer cancel()
+			calls := 0
+			err := e.Do(ctx, func(ctx context.Context, _ int) error {
+				calls++
+				<-ctx.Done() // the partner hangs
+				return ctx.Err()
+			})
+			if calls != 1 || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Do = %v after %d calls; want DeadlineExceeded after 1", err, calls)
+			}
+			if c := br.Counts(); c.Failures != 1 {
+				t.Errorf("breaker counts = %+v; want a failure", c)
+			}
 		})
-		if calls != 1 || !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Do = %v after %d calls; want DeadlineExceeded after 1", err, calls)
-		}
-		if c := br.Counts(); c.Failures != 1 {
-			t.Errorf("breaker counts = %+v; want a failure", c)
-		}
 	})
 }
 

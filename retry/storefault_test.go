@@ -25,8 +25,8 @@ func TestStoreFaultIsReportedFailOpenAndClosed(t *testing.T) {
 		})
 		now := time.Unix(1_700_000_000, 0)
 		global, err := budget.NewGlobal(store, "partner", budget.GlobalConfig{
-			FailClosed: failClosed,
-			Now:        func() time.Time { return now },
+			FailOpen: !failClosed,
+			Now:      func() time.Time { return now },
 		})
 		if err != nil {
 			t.Fatal(err)

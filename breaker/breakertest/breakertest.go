@@ -210,6 +210,19 @@ func mustReport(t *testing.T, st breaker.Store, name string, r breaker.Report, w
 	}
 }
 
+// mustReportConflict fails the test unless the report is refused with
+// ErrConflict and the current state want.
+func mustReportConflict(t *testing.T, st breaker.Store, name string, r breaker.Report, want breaker.Snapshot) {
+	t.Helper()
+	got, err := report(t, st, name, r)
+	if !errors.Is(err, breaker.ErrConflict) {
+		t.Fatalf("Report(%q, %+v) of another epoch: error %v, want one satisfying errors.Is(err, breaker.ErrConflict)", name, r, err)
+	}
+	if !equal(got, want) {
+		t.Fatalf("Report(%q, %+v) refused with %s, want the current %s", name, r, format(got), format(want))
+	}
+}
+
 func acquire(t *testing.T, st breaker.Store, name string, epoch uint64, limit int, now, leaseUntil time.Time) (int, error) {
 	t.Helper()
 	ctx, cancel := callCtx(t)
@@ -437,13 +450,7 @@ func (s *suite) reportOtherEpochConflicts(t *testing.T) {
 	mustTransition(t, st, name, 0, open, open)
 	// A report decided in epoch 0 arrives after the transition: refused,
 	// with the state as it stands, and nothing applied.
-	got, err := report(t, st, name, breaker.Report{Epoch: 0, Bucket: n, Requests: 2, Failures: 2, Samples: 2, WatchUntil: base().Add(time.Minute)})
-	if !errors.Is(err, breaker.ErrConflict) {
-		t.Fatalf("Report of epoch 0 at epoch 1: error %v, want one satisfying errors.Is(err, breaker.ErrConflict)", err)
-	}
-	if !equal(got, open) {
-		t.Fatalf("Report of epoch 0 refused with %s, want the current %s", format(got), format(open))
-	}
+	mustReportConflict(t, st, name, breaker.Report{Epoch: 0, Bucket: n, Requests: 2, Failures: 2, Samples: 2, WatchUntil: base().Add(time.Minute)}, open)
 	mustLoad(t, st, name, open)
 	// One of the current epoch is applied.
 	want := open
@@ -508,13 +515,8 @@ func (s *suite) reportAnswersNoOverride(t *testing.T) {
 	wantOpen := open
 	wantOpen.Override, wantOpen.OverrideUntil = breaker.ForcedClosed, until
 	mustTransition(t, st, name, 0, open, wantOpen)
-	got, err := report(t, st, name, breaker.Report{Epoch: 0, Bucket: n, Requests: 1, Successes: 1, Samples: 1})
-	if !errors.Is(err, breaker.ErrConflict) {
-		t.Fatalf("Report of epoch 0 at epoch 1: error %v, want one satisfying errors.Is(err, breaker.ErrConflict)", err)
-	}
-	if !equal(got, open) {
-		t.Fatalf("Report of epoch 0 refused with %s, want the current state without its override %s", format(got), format(open))
-	}
+	// A refusal answers the state as it stands, without the override.
+	mustReportConflict(t, st, name, breaker.Report{Epoch: 0, Bucket: n, Requests: 1, Successes: 1, Samples: 1}, open)
 }
 
 func (s *suite) concurrentReports(t *testing.T) {

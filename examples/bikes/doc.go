@@ -19,10 +19,12 @@
 // DynamoDB before the handler returns, since Lambda may freeze the
 // environment afterwards.
 //
-// When a budget refuses a retry or the breaker changes state, the function
-// prints a CloudWatch Embedded Metric Format line to stdout (namespace
-// Herdguard, metrics BudgetExhausted and BreakerStateChange); template.yaml
-// puts alarms on them.
+// Each invocation that retried, was refused or saw the breaker change ends
+// with one CloudWatch Embedded Metric Format line on stdout (package emf:
+// namespace Herdguard, dimensions FunctionName and Partner; metrics
+// Retries, BudgetExhausted, BreakerOpened and the others emf lists);
+// template.yaml puts alarms on BudgetExhausted and BreakerOpened. Log
+// records (JSON on stderr) carry the invocation's request id, requestId.
 //
 // Configuration comes from environment variables (see config.go):
 // TABLE_NAME and PARTNER_URL are required; DYNAMODB_ENDPOINT points the

@@ -18,6 +18,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/emf"
 	"github.com/herdguard/herdguard/retry"
 )
 
@@ -52,11 +53,13 @@ const (
 // Managed Instances run several invocations in one environment at once.
 type function struct {
 	exec         *retry.Executor
+	metrics      *emf.Recorder
 	client       *http.Client
 	partner      *url.URL
 	flushTimeout time.Duration
 	clock        retry.Clock
-	log          *slog.Logger
+	log          *slog.Logger // adds the invocation's request id (logging.go)
+	inflight     *invocations
 }
 
 // errorBody is the JSON body of every answer other than 200.
@@ -90,6 +93,7 @@ func classifyBadAnswer(err error, _ bool) retry.Verdict {
 // the error is always nil: API Gateway turns a function error into a bare
 // 500, which tells the client nothing.
 func (f *function) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	defer f.inflight.begin(requestID(ctx))()
 	resp := f.serve(ctx, req)
 	f.flush(ctx)
 	return resp, nil
@@ -199,8 +203,14 @@ func (f *function) fetch(ctx context.Context, station string, attempt int) ([]by
 // flush reports the counts kept in memory (the global budget's requests,
 // the breaker's outcomes) before the environment is frozen. It is bounded
 // by FlushTimeout and by the invocation's deadline, and runs even when the
-// invocation's context has ended.
+// invocation's context has ended. Then it writes the invocation's metrics
+// (one EMF line, none when nothing happened), which costs no network call.
 func (f *function) flush(ctx context.Context) {
+	defer func() {
+		if err := f.metrics.Flush(); err != nil {
+			f.log.LogAttrs(ctx, slog.LevelWarn, "writing the metrics failed", slog.String("error", err.Error()))
+		}
+	}()
 	d := f.flushTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		d = min(d, time.Until(dl))

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -16,12 +18,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/pipenet"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -64,7 +69,26 @@ type partner struct {
 func newPartner(t *testing.T, answer func(w http.ResponseWriter, r *http.Request, attempt int)) *partner {
 	t.Helper()
 	p := &partner{}
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.srv = httptest.NewServer(p.handler(answer))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+// newPipePartner is a partner on an in-memory network (internal/pipenet),
+// for tests in a synctest bubble: its URL is pipenet.URL, and fn's HTTP
+// client is pointed at it. Call it inside the bubble.
+func newPipePartner(t *testing.T, fn *function, answer func(w http.ResponseWriter, r *http.Request, attempt int)) *partner {
+	t.Helper()
+	p := &partner{}
+	tr, stop := pipenet.Serve(p.handler(answer))
+	t.Cleanup(stop)
+	fn.client = &http.Client{Transport: tr}
+	return p
+}
+
+// handler records each request and answers it with answer.
+func (p *partner) handler(answer func(w http.ResponseWriter, r *http.Request, attempt int)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.calls.Add(1)
 		a := r.Header.Get(retry.DefaultAttemptHeader)
 		p.mu.Lock()
@@ -73,9 +97,7 @@ func newPartner(t *testing.T, answer func(w http.ResponseWriter, r *http.Request
 		p.mu.Unlock()
 		n, _ := strconv.Atoi(a)
 		answer(w, r, n)
-	}))
-	t.Cleanup(p.srv.Close)
-	return p
+	})
 }
 
 func (p *partner) seen() (paths, attempts []string) {
@@ -166,7 +188,7 @@ func newFixture(t *testing.T, cfg Config, clock *fakeClock) *fixture {
 	d := deps{
 		budgetStore:  f.budgets,
 		breakerStore: f.breakers,
-		rand:         func() float64 { return 0.5 },
+		rand:         lockedRand(1),
 		metrics:      f.emf,
 		logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
@@ -228,22 +250,27 @@ func emfRecords(t *testing.T, s string) []map[string]any {
 	return out
 }
 
-func countMetric(t *testing.T, recs []map[string]any, metric string, match map[string]string) int {
-	t.Helper()
-	n := 0
-next:
+// metricSum sums a metric over the EMF records.
+func metricSum(recs []map[string]any, metric string) int {
+	n := 0.0
 	for _, r := range recs {
-		if _, ok := r[metric]; !ok {
-			continue
+		if v, ok := r[metric].(float64); ok {
+			n += v
 		}
-		for k, v := range match {
-			if r[k] != v {
-				continue next
-			}
-		}
-		n++
 	}
-	return n
+	return int(n)
+}
+
+// exhaustedBudgets returns the budgets the records list as having refused.
+func exhaustedBudgets(recs []map[string]any) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range recs {
+		names, _ := r["ExhaustedBudgets"].([]any)
+		for _, n := range names {
+			out[fmt.Sprint(n)] = true
+		}
+	}
+	return out
 }
 
 func retryAfterHeader(t *testing.T, resp events.APIGatewayV2HTTPResponse) int {
@@ -332,8 +359,8 @@ func TestHandleAnswers503WhenBreakerForcedOpenInTable(t *testing.T) {
 		t.Error("partner called although the breaker is forced open")
 	}
 	recs := emfRecords(t, f.emf.String())
-	if n := countMetric(t, recs, metricBreakerStateChange, map[string]string{dimState: "open", "From": "closed"}); n != 1 {
-		t.Errorf("%d BreakerStateChange closed→open records, want 1; EMF:\n%s", n, f.emf.String())
+	if n := metricSum(recs, "BreakerOpened"); n != 1 {
+		t.Errorf("BreakerOpened %d, want 1; EMF:\n%s", n, f.emf.String())
 	}
 }
 
@@ -386,8 +413,8 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 		t.Errorf("state in the store: %+v, %v; want open", snap, err)
 	}
 	recs := emfRecords(t, f.emf.String())
-	if n := countMetric(t, recs, metricBreakerStateChange, map[string]string{dimState: "open"}); n != 1 {
-		t.Errorf("%d BreakerStateChange→open records, want 1", n)
+	if n := metricSum(recs, "BreakerOpened"); n != 1 {
+		t.Errorf("BreakerOpened %d, want 1; EMF:\n%s", n, f.emf.String())
 	}
 	// While open, calls do not reach the partner.
 	if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusServiceUnavailable {
@@ -447,9 +474,10 @@ func TestHandleAnswers503WhenBudgetExhausted(t *testing.T) {
 		t.Errorf("the handler answers the second refusal with Retry-After %d s, want %d s", again, want)
 	}
 
+	f.fn.flush(context.Background()) // the second call went around Handle, which flushes
 	recs := emfRecords(t, f.emf.String())
-	if n := countMetric(t, recs, metricBudgetExhausted, map[string]string{"Budget": local.RatioLayer}); n != 2 {
-		t.Errorf("%d BudgetExhausted records from %s, want 2; EMF:\n%s", n, local.RatioLayer, f.emf.String())
+	if n := metricSum(recs, "BudgetExhausted"); n != 2 || !exhaustedBudgets(recs)[local.RatioLayer] {
+		t.Errorf("BudgetExhausted %d, budgets %v; want 2 from %s; EMF:\n%s", n, exhaustedBudgets(recs), local.RatioLayer, f.emf.String())
 	}
 }
 
@@ -478,8 +506,8 @@ func TestHandleGlobalBudgetRefuses(t *testing.T) {
 		t.Errorf("fleet granted %d retries, want the floor of 2 (attempts %v)", retries, attempts)
 	}
 	recs := emfRecords(t, f.emf.String())
-	if n := countMetric(t, recs, metricBudgetExhausted, map[string]string{"Budget": "global:bikes-partner"}); n < 1 {
-		t.Errorf("no BudgetExhausted record from the global budget; EMF:\n%s", f.emf.String())
+	if n := metricSum(recs, "BudgetExhausted"); n < 1 || !exhaustedBudgets(recs)["global:bikes-partner"] {
+		t.Errorf("BudgetExhausted %d, budgets %v; want refusals from the global budget; EMF:\n%s", n, exhaustedBudgets(recs), f.emf.String())
 	}
 }
 
@@ -548,50 +576,68 @@ func TestHandlePartnerAnswers(t *testing.T) {
 	}
 }
 
+// TestHandleAttemptTimeout runs in a synctest bubble over an in-memory
+// network, so that the 50 ms AttemptTimeout fires on the hanging first
+// attempt at exactly 50 ms and never on the second one, however loaded the
+// machine.
 func TestHandleAttemptTimeout(t *testing.T) {
-	// The first attempt hangs until the client gives up on it; the second
-	// answers.
-	p := newPartner(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
-		if attempt == 1 {
-			<-r.Context().Done()
-			return
+	synctest.Test(t, func(t *testing.T) {
+		// The first attempt hangs until the client gives up on it; the
+		// second answers.
+		cfg := testConfig(t, pipenet.URL)
+		cfg.AttemptTimeout = 50 * time.Millisecond
+		f := newFixture(t, cfg, nil)
+		p := newPipePartner(t, f.fn, func(w http.ResponseWriter, r *http.Request, attempt int) {
+			if attempt == 1 {
+				<-r.Context().Done()
+				return
+			}
+			bikesJSON(w, r, attempt)
+		})
+		start := time.Now()
+		resp := f.handle(t, context.Background(), request("nord-3"))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("got %d %s, want 200 from the second attempt", resp.StatusCode, resp.Body)
 		}
-		bikesJSON(w, r, attempt)
+		if _, attempts := p.seen(); strings.Join(attempts, ",") != "1,2" {
+			t.Errorf("attempts %v, want 1,2", attempts)
+		}
+		// One attempt timeout, then a backoff of at most MaxDelay.
+		if took := time.Since(start); took < cfg.AttemptTimeout || took > cfg.AttemptTimeout+cfg.MaxDelay {
+			t.Errorf("Handle took %v of the bubble's time; want the %v attempt timeout plus at most MaxDelay %v", took, cfg.AttemptTimeout, cfg.MaxDelay)
+		}
 	})
-	cfg := testConfig(t, p.srv.URL)
-	cfg.AttemptTimeout = 50 * time.Millisecond
-	f := newFixture(t, cfg, nil)
-	resp := f.handle(t, context.Background(), request("nord-3"))
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("got %d %s, want 200 from the second attempt", resp.StatusCode, resp.Body)
-	}
-	if _, attempts := p.seen(); strings.Join(attempts, ",") != "1,2" {
-		t.Errorf("attempts %v, want 1,2", attempts)
-	}
 }
 
+// TestHandleRespectsInvocationDeadline runs in a synctest bubble over an
+// in-memory network: the partner never answers and the attempt timeout is
+// longer than the invocation, so the invocation's deadline must end the
+// call at FlushTimeout + responseReserve before it, leaving time to flush
+// and answer. In the bubble's time that is exact, not a race between a
+// loaded machine and a wall-clock deadline.
 func TestHandleRespectsInvocationDeadline(t *testing.T) {
-	// The partner never answers and the attempt timeout is longer than the
-	// invocation: the invocation's deadline must end the call, leaving time
-	// to flush and answer.
-	p := newPartner(t, func(w http.ResponseWriter, r *http.Request, _ int) { <-r.Context().Done() })
-	cfg := testConfig(t, p.srv.URL)
-	cfg.AttemptTimeout = time.Minute
-	cfg.FlushTimeout = 100 * time.Millisecond
-	f := newFixture(t, cfg, nil)
-	deadline := time.Now().Add(1500 * time.Millisecond)
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	resp := f.handle(t, ctx, request("nord-3"))
-	if resp.StatusCode != http.StatusBadGateway {
-		t.Fatalf("got %d %s, want 502", resp.StatusCode, resp.Body)
-	}
-	if now := time.Now(); !now.Before(deadline) {
-		t.Errorf("Handle returned %v after the invocation's deadline", now.Sub(deadline))
-	}
-	if n := p.calls.Load(); n != 1 {
-		t.Errorf("partner called %d times; no retry fits after the deadline", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(t, pipenet.URL)
+		cfg.AttemptTimeout = time.Minute
+		cfg.FlushTimeout = 100 * time.Millisecond
+		f := newFixture(t, cfg, nil)
+		p := newPipePartner(t, f.fn, func(w http.ResponseWriter, r *http.Request, _ int) { <-r.Context().Done() })
+		deadline := time.Now().Add(1500 * time.Millisecond)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		resp := f.handle(t, ctx, request("nord-3"))
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("got %d %s, want 502", resp.StatusCode, resp.Body)
+		}
+		// The partner call ends FlushTimeout + responseReserve before the
+		// deadline; the flush (in-memory stores) takes no time here.
+		if left, want := time.Until(deadline), cfg.FlushTimeout+responseReserve; left != want {
+			t.Errorf("Handle returned %v before the invocation's deadline; want %v (FlushTimeout + responseReserve)", left, want)
+		}
+		if n := p.calls.Load(); n != 1 {
+			t.Errorf("partner called %d times; no retry fits after the deadline", n)
+		}
+	})
 }
 
 func TestHealthyInvocationsWriteNothing(t *testing.T) {
@@ -617,8 +663,9 @@ func TestHealthyInvocationsWriteNothing(t *testing.T) {
 
 func TestFlushReportsPendingRequests(t *testing.T) {
 	// Once this environment has used the fleet-wide budget in a window, its
-	// later requests are deposited by the flush at the end of each
-	// invocation, so that allowance they earn is not lost when the
+	// later requests are deposited by the flush at the end of an
+	// invocation, at most once per contact interval (2.5 s ± 50% with a
+	// 10 s window), so that allowance they earn is not lost when the
 	// environment is frozen.
 	p := newPartner(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
 		if attempt == 1 && strings.Contains(r.URL.Path, "fails-once") {
@@ -641,8 +688,15 @@ func TestFlushReportsPendingRequests(t *testing.T) {
 	if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusOK {
 		t.Fatalf("got %d", resp.StatusCode)
 	}
+	if w := f.budgets.Stats().Writes; w != 1 {
+		t.Errorf("%d budget writes after a healthy invocation right after, want 1 (the next contact is not due)", w)
+	}
+	clock.Sleep(context.Background(), 3750*time.Millisecond) // the latest the next contact can be; still the same window
+	if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %d", resp.StatusCode)
+	}
 	if w := f.budgets.Stats().Writes; w != 2 {
-		t.Errorf("%d budget writes after a healthy invocation in the same window, want 2 (its request flushed)", w)
+		t.Errorf("%d budget writes after a healthy invocation at the next contact, want 2 (its requests flushed)", w)
 	}
 }
 
@@ -703,5 +757,81 @@ func TestConcurrentInvocations(t *testing.T) {
 		if c != http.StatusOK && c != http.StatusServiceUnavailable {
 			t.Errorf("call %d: %d", i, c)
 		}
+	}
+}
+
+// TestLogLinesCarryTheRequestID: the handler's own records carry the
+// invocation's request id from its context (lambdacontext), and so do
+// records herdguard's hooks make without a context while the invocation is
+// the only one in progress; with two in progress such a record carries
+// none rather than a wrong one.
+func TestLogLinesCarryTheRequestID(t *testing.T) {
+	p := newPartner(t, bikesJSON)
+	var logs syncBuffer
+	breakers := local.NewBreakerStore()
+	fn, err := newFunction(testConfig(t, p.srv.URL), deps{
+		budgetStore:  local.NewBudgetStore(),
+		breakerStore: breakers,
+		metrics:      &syncBuffer{},
+		logger:       slog.New(slog.NewJSONHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Forced open in the table: the invocation's first Allow reads it, the
+	// breaker's hook logs the state change (no context), and the handler
+	// logs the 503 (with the invocation's context).
+	if err := breakers.SetOverride(context.Background(), "bikes-partner", breaker.ForcedOpen, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "req-1"})
+	if resp, _ := fn.Handle(ctx, request("nord-3")); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("got %d, want 503", resp.StatusCode)
+	}
+	byMsg := map[string]map[string]any{}
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		byMsg[fmt.Sprint(rec["msg"])] = rec
+	}
+	for _, msg := range []string{"partner unavailable", msgBreakerStateChanged} {
+		rec, ok := byMsg[msg]
+		if !ok {
+			t.Errorf("no %q record; logs:\n%s", msg, logs.String())
+			continue
+		}
+		if rec[logKeyRequestID] != "req-1" {
+			t.Errorf("%q carries requestId %v, want req-1", msg, rec[logKeyRequestID])
+		}
+	}
+
+	// Two invocations in progress: a record without a context is nobody's.
+	var in invocations
+	endA, endB := in.begin("a"), in.begin("b")
+	if id := in.only(); id != "" {
+		t.Errorf("only() = %q with two invocations in progress", id)
+	}
+	endA()
+	if id := in.only(); id != "b" {
+		t.Errorf("only() = %q, want b", id)
+	}
+	endB()
+	if id := in.only(); id != "" {
+		t.Errorf("only() = %q with none in progress", id)
+	}
+}
+
+// lockedRand returns a seeded source of uniform numbers in [0, 1), safe for
+// concurrent use. (A constant would fix the jitter, but the breaker also
+// draws its fleet samples from it: a constant samples all calls or none.)
+func lockedRand(seed uint64) func() float64 {
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(seed, 7))
+	return func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Float64()
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
+	"github.com/herdguard/herdguard/emf"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -20,6 +21,14 @@ const (
 	msgBudgetStoreUnavailable  = "retry budget store unavailable; the layer abstained"
 	msgBreakerStoreUnavailable = "breaker store failed; using local state"
 	msgBreakerStateChanged     = "breaker state changed"
+)
+
+// The CloudWatch namespace and dimensions of the function's metrics (package
+// emf names the metrics). template.yaml's alarms name exactly these.
+const (
+	metricNamespace = "Herdguard"
+	dimFunction     = "FunctionName"
+	dimPartner      = "Partner"
 )
 
 // warmUpTimeout bounds the DynamoDB call made during initialisation to open
@@ -40,7 +49,19 @@ type deps struct {
 	rand func() float64
 	// metrics receives the Embedded Metric Format lines (stdout in Lambda).
 	metrics io.Writer
-	logger  *slog.Logger
+	// logger is where the function logs; newFunction adds the request id of
+	// the invocation to each record.
+	logger *slog.Logger
+}
+
+// newRecorder returns the function's metrics recorder: the namespace and
+// dimensions template.yaml's alarms watch.
+func newRecorder(w io.Writer, cfg Config, now func() time.Time) (*emf.Recorder, error) {
+	return emf.New(w, emf.Options{
+		Namespace:  metricNamespace,
+		Dimensions: map[string]string{dimFunction: cfg.FunctionName, dimPartner: cfg.Name},
+		Now:        now,
+	})
 }
 
 // newFunction builds the executor: a local ratio budget with a small floor,
@@ -62,7 +83,12 @@ func newFunction(cfg Config, d deps) (*function, error) {
 	if clock == nil {
 		clock = retry.SystemClock{}
 	}
-	m := newMetrics(d.metrics, cfg.FunctionName, cfg.Name, clock.Now)
+	metrics, err := newRecorder(d.metrics, cfg, clock.Now)
+	if err != nil {
+		return nil, fmt.Errorf("bikes: metrics: %w", err)
+	}
+	inflight := &invocations{}
+	logger := slog.New(withRequestID(d.logger.Handler(), inflight))
 
 	localBudget, err := local.NewRatio(local.RatioConfig{
 		Ratio:      cfg.Ratio,
@@ -87,7 +113,6 @@ func newFunction(cfg Config, d deps) (*function, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bikes: global budget: %w", err)
 	}
-	logger := d.logger
 	br, err := breaker.New(cfg.Name, breaker.Settings{
 		FailureRatio: cfg.FailureRatio,
 		MinRequests:  cfg.MinRequests,
@@ -98,13 +123,16 @@ func newFunction(cfg Config, d deps) (*function, error) {
 		CacheTTL:     cfg.CacheTTL,
 		StoreTimeout: cfg.StoreTimeout,
 		OnStateChange: func(c breaker.StateChange) {
-			m.breakerStateChange(c.From, c.To)
+			// One event per fleet transition is "written" (the environment
+			// that made it); the others followed it.
+			metrics.Transition(c.From, c.To, c.Origin == breaker.OriginWrote)
 			logger.LogAttrs(context.Background(), slog.LevelWarn, msgBreakerStateChanged,
 				slog.String("breaker", c.Name), slog.String("from", c.From.String()), slog.String("to", c.To.String()),
 				slog.String("origin", c.Origin.String()),
 				slog.Int64("successes", c.Counts.Successes), slog.Int64("failures", c.Counts.Failures))
 		},
 		OnStoreError: func(op string, err error) {
+			metrics.BreakerStoreError(op, err)
 			logger.LogAttrs(context.Background(), slog.LevelWarn, msgBreakerStoreUnavailable,
 				slog.String("op", op), slog.String("error", err.Error()))
 		},
@@ -113,23 +141,24 @@ func newFunction(cfg Config, d deps) (*function, error) {
 		return nil, fmt.Errorf("bikes: breaker: %w", err)
 	}
 	exec, err := retry.New(retry.Config{
-		MaxAttempts:    cfg.MaxAttempts,
-		TransientBase:  cfg.BaseDelay,
-		ThrottlingBase: cfg.BaseDelay,
-		MaxDelay:       cfg.MaxDelay,
-		AttemptTimeout: cfg.AttemptTimeout,
-		Idempotent:     true, // a GET
-		Budgets:        []budget.Budget{localBudget, global},
-		Breaker:        br,
-		Classifiers:    []retry.Classifier{classifyBadAnswer},
-		Clock:          clock,
-		Rand:           d.rand,
-		OnBudgetExhausted: func(ex *budget.ExhaustedError) {
-			m.budgetExhausted(ex.Budget)
-		},
+		MaxAttempts:       cfg.MaxAttempts,
+		TransientBase:     cfg.BaseDelay,
+		ThrottlingBase:    cfg.BaseDelay,
+		MaxDelay:          cfg.MaxDelay,
+		AttemptTimeout:    cfg.AttemptTimeout,
+		Idempotent:        true, // a GET
+		Budgets:           []budget.Budget{localBudget, global},
+		Breaker:           br,
+		Classifiers:       []retry.Classifier{classifyBadAnswer},
+		Clock:             clock,
+		Rand:              d.rand,
+		OnRetry:           metrics.Retry,
+		OnBudgetExhausted: metrics.BudgetExhausted,
+		OnGiveUp:          metrics.GiveUp,
 		// Each abstention lets the local budget decide alone: at most one
 		// retry the fleet-wide ratio did not approve.
 		OnStoreError: func(layer int, err error) {
+			metrics.StoreError(layer, err)
 			logger.LogAttrs(context.Background(), slog.LevelWarn, msgBudgetStoreUnavailable,
 				slog.Int("layer", layer), slog.String("error", err.Error()))
 		},
@@ -141,11 +170,13 @@ func newFunction(cfg Config, d deps) (*function, error) {
 	}
 	return &function{
 		exec:         exec,
+		metrics:      metrics,
 		client:       newHTTPClient(),
 		partner:      cfg.PartnerURL,
 		flushTimeout: cfg.FlushTimeout,
 		clock:        clock,
 		log:          logger,
+		inflight:     inflight,
 	}, nil
 }
 

@@ -1,14 +1,25 @@
 package main
 
 import (
+	"bytes"
+	"debug/buildinfo"
+	"debug/elf"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/retry"
 )
 
 // The template's function must run this code as configured: these tests
@@ -118,8 +129,8 @@ func TestTemplateFunctionBuildsThisCode(t *testing.T) {
 	tpl := loadTemplate(t)
 	fn := tpl.resources[tpl.functionID]
 	meta, _ := fn["Metadata"].(map[string]any)
-	if meta["BuildMethod"] != "go1.x" {
-		t.Errorf("Metadata.BuildMethod is %v, want go1.x so that sam build compiles the Go code", meta["BuildMethod"])
+	if meta["BuildMethod"] != "makefile" {
+		t.Errorf("Metadata.BuildMethod is %v, want makefile so that sam build runs the Makefile's static build", meta["BuildMethod"])
 	}
 	p := tpl.props(tpl.functionID)
 	for k, want := range map[string]any{"Runtime": "provided.al2023", "Handler": "bootstrap"} {
@@ -130,14 +141,135 @@ func TestTemplateFunctionBuildsThisCode(t *testing.T) {
 	if !equal(p["Architectures"], []any{"arm64"}) {
 		t.Errorf("Architectures %v, want [arm64]", p["Architectures"])
 	}
+	// sam build runs `make build-<LogicalId>` in CodeUri, which must hold
+	// the Makefile (the repository root, where go.mod is).
 	uri, _ := p["CodeUri"].(string)
-	if _, err := os.Stat(filepath.Join(repoRoot, uri, "main.go")); err != nil || filepath.Clean(uri) != filepath.Join("examples", "bikes") {
-		t.Errorf("CodeUri %q does not point at examples/bikes: %v", uri, err)
+	if filepath.Clean(uri) != "." {
+		t.Errorf("CodeUri %q, want the repository root (./), where the Makefile and go.mod are", uri)
 	}
-	rc, _ := p["ReservedConcurrentExecutions"].(map[string]any)
-	param, _ := tpl.params[fmt.Sprint(rc["Ref"])].(map[string]any)
-	if param == nil || param["Type"] != "Number" {
-		t.Errorf("ReservedConcurrentExecutions is %v, want a Ref to a Number parameter", p["ReservedConcurrentExecutions"])
+	mk, err := os.ReadFile(filepath.Join(repoRoot, uri, "Makefile"))
+	if err != nil {
+		t.Fatalf("CodeUri %q has no Makefile: %v", uri, err)
+	}
+	if !strings.Contains(string(mk), "\nbuild-"+tpl.functionID+":") {
+		t.Errorf("the Makefile has no target build-%s", tpl.functionID)
+	}
+}
+
+// TestTemplateReservedConcurrencyIsOptional: the parameter defaults to 0,
+// which sets no reservation (accounts with a low concurrency quota reject
+// one), through a Condition.
+func TestTemplateReservedConcurrencyIsOptional(t *testing.T) {
+	tpl := loadTemplate(t)
+	ifFn, _ := tpl.props(tpl.functionID)["ReservedConcurrentExecutions"].(map[string]any)
+	args, _ := ifFn["Fn::If"].([]any)
+	if len(args) != 3 {
+		t.Fatalf("ReservedConcurrentExecutions is %v, want !If [Condition, !Ref Parameter, !Ref AWS::NoValue]", tpl.props(tpl.functionID)["ReservedConcurrentExecutions"])
+	}
+	cond, _ := args[0].(string)
+	ref, _ := args[1].(map[string]any)
+	name, _ := ref["Ref"].(string)
+	param, _ := tpl.params[name].(map[string]any)
+	if param == nil || param["Type"] != "Number" || param["Default"] != 0 || param["MinValue"] != 0 {
+		t.Errorf("parameter %q is %v, want a Number with Default 0 and MinValue 0", name, param)
+	}
+	if !equal(args[2], map[string]any{"Ref": "AWS::NoValue"}) {
+		t.Errorf("the else branch is %v, want !Ref AWS::NoValue", args[2])
+	}
+	conds, _ := tpl.doc["Conditions"].(map[string]any)
+	want := map[string]any{"Fn::Not": []any{map[string]any{"Fn::Equals": []any{map[string]any{"Ref": name}, 0}}}}
+	if !equal(conds[cond], want) {
+		t.Errorf("condition %s is %v, want !Not [!Equals [!Ref %s, 0]]", cond, conds[cond], name)
+	}
+}
+
+// TestTemplateKeepsState: the table (breaker state, operators' overrides)
+// and the log group survive a stack's deletion and a replacement, and the
+// function logs to the stack's own, unnamed log group, so that no group
+// Lambda created first can make the stack fail.
+func TestTemplateKeepsState(t *testing.T) {
+	tpl := loadTemplate(t)
+	groups := 0
+	for id, r := range tpl.resources {
+		switch r["Type"] {
+		case "AWS::DynamoDB::Table", "AWS::Logs::LogGroup":
+		default:
+			continue
+		}
+		for _, k := range []string{"DeletionPolicy", "UpdateReplacePolicy"} {
+			if r[k] != "Retain" {
+				t.Errorf("%s: %s is %v, want Retain", id, k, r[k])
+			}
+		}
+		if r["Type"] != "AWS::Logs::LogGroup" {
+			continue
+		}
+		groups++
+		if n, ok := tpl.props(id)["LogGroupName"]; ok {
+			t.Errorf("log group %s is named %v: a group of that name created before the stack (by Lambda, or a retained one) makes the stack fail; let CloudFormation name it", id, n)
+		}
+		if _, ok := tpl.props(id)["RetentionInDays"].(int); !ok {
+			t.Errorf("log group %s has no RetentionInDays", id)
+		}
+		lc, _ := tpl.props(tpl.functionID)["LoggingConfig"].(map[string]any)
+		if !equal(lc["LogGroup"], map[string]any{"Ref": id}) {
+			t.Errorf("the function's LoggingConfig.LogGroup is %v, want !Ref %s", lc["LogGroup"], id)
+		}
+	}
+	if groups != 1 {
+		t.Errorf("%d log groups, want 1", groups)
+	}
+}
+
+// TestMakefileBuildsStaticArm64 runs the Makefile's target as sam build
+// does and checks the binary: linux/arm64, statically linked, built without
+// cgo, with -trimpath and -tags lambda.norpc, from this package.
+func TestMakefileBuildsStaticArm64(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cross-compiles the function (about a minute on a cold build cache)")
+	}
+	makeBin, err := exec.LookPath("make")
+	if err != nil {
+		t.Fatalf("make is needed to run the Makefile sam build runs: %v", err)
+	}
+	tpl := loadTemplate(t)
+	out := t.TempDir()
+	cmd := exec.Command(makeBin, "-C", repoRoot, "build-"+tpl.functionID, "ARTIFACTS_DIR="+out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make build-%s: %v\n%s", tpl.functionID, err, b)
+	}
+	bin := filepath.Join(out, "bootstrap")
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatalf("%s: %v", bin, err)
+	}
+	defer f.Close()
+	if f.Machine != elf.EM_AARCH64 {
+		t.Errorf("machine %v, want EM_AARCH64", f.Machine)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("the binary has a %v program header: it is dynamically linked", p.Type)
+		}
+	}
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Path != "github.com/herdguard/herdguard/examples/bikes" {
+		t.Errorf("built %s, want examples/bikes", info.Path)
+	}
+	want := map[string]string{"GOOS": "linux", "GOARCH": "arm64", "CGO_ENABLED": "0", "-trimpath": "true", "-tags": "lambda.norpc"}
+	for _, s := range info.Settings {
+		if w, ok := want[s.Key]; ok {
+			if s.Value != w {
+				t.Errorf("build setting %s=%s, want %s", s.Key, s.Value, w)
+			}
+			delete(want, s.Key)
+		}
+	}
+	for k, v := range want {
+		t.Errorf("build setting %s missing, want %s", k, v)
 	}
 }
 
@@ -193,9 +325,56 @@ func TestTemplateEnvironmentIsValidConfig(t *testing.T) {
 	}
 }
 
+// emittedMetrics returns the namespace, the dimension names and the metric
+// names of what the function's recorder writes, every kind of event
+// included, read back from its EMF line.
+func emittedMetrics(t *testing.T, cfg Config) (namespace string, dims []string, metrics map[string]bool) {
+	t.Helper()
+	var buf bytes.Buffer
+	rec, err := newRecorder(&buf, cfg, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	rec.Retry(retry.RetryEvent{})
+	rec.BudgetExhausted(&budget.ExhaustedError{Budget: "local-ratio"})
+	rec.StoreError(1, boom)
+	rec.BreakerStoreError("load", boom)
+	rec.GiveUp(retry.GiveUpEvent{Reason: retry.BreakerOpen})
+	for _, s := range [][2]breaker.State{{breaker.Closed, breaker.Open}, {breaker.Open, breaker.HalfOpen}, {breaker.HalfOpen, breaker.Closed}} {
+		rec.Transition(s[0], s[1], true)
+	}
+	if err := rec.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		AWS struct {
+			CloudWatchMetrics []struct {
+				Namespace  string
+				Dimensions [][]string
+				Metrics    []struct{ Name string }
+			}
+		} `json:"_aws"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil || len(doc.AWS.CloudWatchMetrics) != 1 || len(doc.AWS.CloudWatchMetrics[0].Dimensions) != 1 {
+		t.Fatalf("the recorder wrote %q (%v); want one EMF object with one directive and one dimension set", buf.String(), err)
+	}
+	d := doc.AWS.CloudWatchMetrics[0]
+	metrics = map[string]bool{}
+	for _, m := range d.Metrics {
+		metrics[m.Name] = true
+	}
+	return d.Namespace, d.Dimensions[0], metrics
+}
+
 func TestTemplateAlarmsWatchEmittedMetrics(t *testing.T) {
 	tpl := loadTemplate(t)
-	raw, _ := tpl.functionEnv(t)
+	raw, env := tpl.functionEnv(t)
+	cfg, err := loadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespace, dims, emitted := emittedMetrics(t, cfg)
 	partnerValue := raw[envName]
 	if partnerValue == nil {
 		partnerValue = defaultName
@@ -207,12 +386,11 @@ func TestTemplateAlarmsWatchEmittedMetrics(t *testing.T) {
 		}
 		p := tpl.props(id)
 		metric, _ := p["MetricName"].(string)
-		if p["Namespace"] != metricNamespace {
-			t.Errorf("alarm %s: namespace %v, want %s", id, p["Namespace"], metricNamespace)
+		if p["Namespace"] != namespace {
+			t.Errorf("alarm %s: namespace %v, want %s", id, p["Namespace"], namespace)
 		}
-		dims, ok := metricDimensions[metric]
-		if !ok {
-			t.Errorf("alarm %s watches %q, which the function does not emit", id, metric)
+		if !emitted[metric] {
+			t.Errorf("alarm %s watches %q, which the function does not emit (it emits %v)", id, metric, emitted)
 			continue
 		}
 		alarmed[metric] = true
@@ -230,18 +408,15 @@ func TestTemplateAlarmsWatchEmittedMetrics(t *testing.T) {
 				if !equal(dm["Value"], partnerValue) {
 					t.Errorf("alarm %s: %s is %v, want the function's %s %v", id, name, dm["Value"], envName, partnerValue)
 				}
-			case dimState:
-				if v := dm["Value"]; v != "open" && v != "half-open" && v != "closed" {
-					t.Errorf("alarm %s: State %v is not a breaker state", id, v)
-				}
 			}
 		}
 		// CloudWatch matches a metric only with its exact dimension set.
+		sort.Strings(names)
 		if strings.Join(names, ",") != strings.Join(dims, ",") {
 			t.Errorf("alarm %s: dimensions %v, want exactly %v", id, names, dims)
 		}
 	}
-	for m := range metricDimensions {
+	for _, m := range []string{"BudgetExhausted", "BreakerOpened"} {
 		if !alarmed[m] {
 			t.Errorf("no alarm on %s", m)
 		}

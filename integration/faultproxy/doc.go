@@ -23,4 +23,15 @@
 // and bound the duplicates a lost answer allows. SetUpstream follows a
 // DynamoDB Local that restarted on another port, and CloseIdleConnections
 // lets a test count goroutines without the proxy's idle connections.
+//
+// SetCapacity adds DynamoDB's capacity model, which DynamoDB Local lacks:
+// every item request is billed with an internal/capacity Meter by the
+// sizes of the items it touches, and a request past an item's throughput
+// limit (1,000 write units or 3,000 read units a second) is answered
+// ProvisionedThroughputExceededException without being forwarded (see
+// Capacity for how faithful that is).
+//
+//	m := capacity.NewMeter(capacity.Config{Throttle: true})
+//	p.SetCapacity(faultproxy.Capacity{Meter: m, Now: clock.Now})
+//	... // m.Stats(): the hottest item's units per second, throttles
 package faultproxy

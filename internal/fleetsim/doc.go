@@ -42,5 +42,21 @@
 // + Floor, store requests and billed units; per environment when its
 // breaker first opened and closed; the fleet's first open and the true
 // failure ratio of the attempts of the Window before it; the hottest item's
-// peak units per second.
+// peak units per second (one capacity.Meter per store, so the hottest
+// budget item and the hottest breaker item are told apart); per simulated
+// second the partner's load.
+//
+// # The fleet-shape grid
+//
+// Grid runs cells of environments × calls per environment per window ×
+// failure ratio × seed (GridCells: the full grid, or a reduced one under
+// the race detector) and returns their results as data; BreakerGrid and
+// BudgetGrid are the grids the breaker's and the budget's tests run, and
+// BreakerTable and BudgetTable print them.
+//
+// # A driver of its own
+//
+// NewClock, Clock.At, Clock.Go, Clock.RunUntil and Clock.Stop expose the
+// scheduler to a caller that runs its own fleet and partner on it
+// (cmd/outagesim's in-process mode).
 package fleetsim

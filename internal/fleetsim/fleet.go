@@ -24,13 +24,15 @@ const (
 // library aligns to the epoch (10 s, 1 min) starts with the run.
 var DefaultStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// Random streams: each environment's generator is seeded with (Seed,
-// ID<<streamBits | stream), the partner's with (Seed, streamPartner).
+// Random streams: each environment's generators are seeded with (Seed,
+// ID<<streamBits | stream), the partner's and the fleet's Poisson
+// arrivals' with (Seed, streamPartner) and (Seed, streamFleet).
 const (
 	streamBits    = 4
 	streamArrival = 1
 	streamLayers  = 2
 	streamPartner = 1<<64 - 1
+	streamFleet   = 1<<64 - 2
 )
 
 // Config is one run.
@@ -177,7 +179,7 @@ func Run(cfg Config) (*Result, error) {
 		partner: newPartner(cfg.Partner, cfg.Seed, clock, rec),
 		end:     clock.now + int64(cfg.Duration),
 	}
-	f.arrRng = rand.New(rand.NewPCG(cfg.Seed, streamArrival))
+	f.arrRng = rand.New(rand.NewPCG(cfg.Seed, streamFleet))
 	switch {
 	case cfg.Envs > 0:
 		envs := make([]*env, cfg.Envs)
@@ -368,6 +370,7 @@ func (f *fleet) result() *Result {
 	for i, w := range rec.windows {
 		if rec.hasGlobal {
 			w.Bound = rec.perRequest*float64(w.Global.Requests) + rec.floor
+			w.CarryBound = rec.perRequest*float64(w.Global.Requests+w.Global.Carried) + rec.floor
 		}
 		w.Healthy = w.FailedAttempts == 0 && f.cfg.Partner.healthyDuring(w.Start, w.Start+f.cfg.Window)
 		r.Windows[i] = w

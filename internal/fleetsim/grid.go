@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -19,13 +20,14 @@ var (
 	GridSeeds         = []uint64{1, 2, 3}
 )
 
-// The reduced grid run under the race detector (RaceEnabled), where the
-// full grid would take minutes: the smallest and a large fleet, the rarest
-// and the Lambda-typical call rate, a partial and a total outage, one seed.
-// CI runs the full grid without the race detector (.ci/run, step "fleet
-// grid").
+// The reduced grid that `go test ./...` runs (the full grid takes minutes
+// of CPU, and more under the race detector): a small, a large and the
+// largest fleet, the rarest and the Lambda-typical call rate, a partial and
+// a total outage, one seed (12 runs). The full grid runs when
+// HERDGUARD_GRID=full, without the race detector: CI's step "fleet grid"
+// (.ci/run).
 var (
-	RaceGridEnvs          = []int{20, 200}
+	RaceGridEnvs          = []int{20, 200, 1000}
 	RaceGridCalls         = []float64{1, 10}
 	RaceGridFailureRatios = []float64{0.30, 1.00}
 	RaceGridSeeds         = []uint64{1}
@@ -44,10 +46,18 @@ func (c Cell) String() string {
 	return fmt.Sprintf("E=%d c=%g p=%.2f seed=%d", c.Envs, c.CallsPerWindow, c.FailureRatio, c.Seed)
 }
 
-// GridCells returns the grid's cells, the reduced one under the race
-// detector, in a fixed order (seeds innermost).
+// FullGridEnv is the environment variable that selects the full grid:
+// HERDGUARD_GRID=full.
+const FullGridEnv = "HERDGUARD_GRID"
+
+// FullGrid reports whether the full grid was asked for (FullGridEnv is
+// "full") and can run (not under the race detector).
+func FullGrid() bool { return !RaceEnabled && os.Getenv(FullGridEnv) == "full" }
+
+// GridCells returns the grid's cells in a fixed order (seeds innermost):
+// the full grid when FullGrid, otherwise the reduced one.
 func GridCells() []Cell {
-	if RaceEnabled {
+	if !FullGrid() {
 		return Cells(RaceGridEnvs, RaceGridCalls, RaceGridFailureRatios, RaceGridSeeds)
 	}
 	return Cells(GridEnvs, GridCalls, GridFailureRatios, GridSeeds)

@@ -62,8 +62,12 @@ type Window struct {
 	Start time.Duration
 	Counts
 	// Bound is the global ratio's bound for the window, Ratio × Global.
-	// Requests + Floor (0 without a global layer).
-	Bound float64
+	// Requests + Floor (0 without a global layer); CarryBound adds the
+	// requests of the window before that the layer carried into this one,
+	// Ratio × (Global.Requests + Global.Carried) + Floor: the documented
+	// bound with its slack, which Global.Used() never exceeds.
+	Bound      float64
+	CarryBound float64
 	// Healthy says the partner was healthy throughout the window (no
 	// failure probability, no capacity limit) and no attempt failed.
 	Healthy bool
@@ -132,8 +136,17 @@ type GlobalCounts struct {
 	Refused   int64
 	Abstained int64
 	// RefusalWrites counts the store writes made by AcquireRetry calls
-	// that refused.
-	RefusalWrites int64
+	// that refused; StoreRefusals those refusals that made at least one
+	// (the others were answered from memory), MaxRefusalWrites the most
+	// writes one refusal made.
+	RefusalWrites    int64
+	StoreRefusals    int64
+	MaxRefusalWrites int64
+	// Carried counts the requests of the window before that a
+	// budget.Global layer deposited into this one (its CarriedRequests),
+	// the slack of its per-window bound: Used() <= Ratio × (Requests +
+	// Carried) + Floor.
+	Carried int64
 }
 
 // Used returns the retries granted and not given back.
@@ -180,6 +193,9 @@ func (c *Counts) add(o *Counts) {
 	g.Refused += og.Refused
 	g.Abstained += og.Abstained
 	g.RefusalWrites += og.RefusalWrites
+	g.StoreRefusals += og.StoreRefusals
+	g.MaxRefusalWrites = max(g.MaxRefusalWrites, og.MaxRefusalWrites)
+	g.Carried += og.Carried
 	s, os := &c.Store, &o.Store
 	s.BudgetWrites += os.BudgetWrites
 	s.BreakerReads += os.BreakerReads

@@ -107,6 +107,7 @@ func (s EnvSpec) ObserveGlobal(b budget.Budget) budget.Budget {
 	if f, ok := b.(budget.Flusher); ok {
 		ob.flush = f
 	}
+	ob.global, _ = b.(*budget.Global)
 	return ob
 }
 
@@ -135,10 +136,20 @@ func (s EnvSpec) ObserveBreaker(st *breaker.Settings) {
 
 // observedBudget counts a budget layer's traffic at its interface.
 type observedBudget struct {
-	b     budget.Budget
-	flush budget.Flusher
-	rec   *recorder
-	env   *env
+	b      budget.Budget
+	flush  budget.Flusher
+	global *budget.Global // b, if it is one
+	rec    *recorder
+	env    *env
+}
+
+// carried returns the layer's requests carried so far (0 if it is not a
+// *budget.Global).
+func (o *observedBudget) carried() int64 {
+	if o.global == nil {
+		return 0
+	}
+	return o.global.Stats().CarriedRequests
 }
 
 func (o *observedBudget) RecordRequest(now time.Time) {
@@ -149,10 +160,11 @@ func (o *observedBudget) RecordRequest(now time.Time) {
 func (o *observedBudget) RecordSuccess(now time.Time) { o.b.RecordSuccess(now) }
 
 func (o *observedBudget) AcquireRetry(ctx context.Context, now time.Time, kind budget.Kind) (budget.Release, error) {
-	writes := o.rec.budgetWrites
+	writes, carried := o.rec.budgetWrites, o.carried()
 	rel, err := o.b.AcquireRetry(ctx, now, kind)
 	w := o.rec.now()
 	w.Global.Asked++
+	w.Global.Carried += o.carried() - carried
 	switch {
 	case err == nil:
 		w.Global.Granted++
@@ -161,6 +173,10 @@ func (o *observedBudget) AcquireRetry(ctx context.Context, now time.Time, kind b
 		cost := o.rec.budgetWrites - writes
 		w.Global.Refused++
 		w.Global.RefusalWrites += cost
+		if cost > 0 {
+			w.Global.StoreRefusals++
+			w.Global.MaxRefusalWrites = max(w.Global.MaxRefusalWrites, cost)
+		}
 		o.env.res.GlobalRefusals++
 		o.env.res.RefusalWrites += cost
 	case errors.Is(err, budget.ErrUnavailable):
@@ -183,7 +199,10 @@ func (o *observedBudget) Flush(ctx context.Context) error {
 	if o.flush == nil {
 		return nil
 	}
-	return o.flush.Flush(ctx)
+	carried := o.carried()
+	err := o.flush.Flush(ctx)
+	o.rec.now().Global.Carried += o.carried() - carried
+	return err
 }
 
 // SimStoreTimeout is the real-time StoreTimeout Herdguard gives the layers

@@ -64,7 +64,9 @@ func BreakerTable(groups []Group) string {
 //     while the global layer abstained included;
 //   - abstained: answers "store unavailable" (throttled), after which the
 //     retry goes ahead without the global layer (fail open);
-//   - writes/refusal: store writes per refusal;
+//   - writes/refusal: store writes per refusal that reached the store
+//     (refusals answered from memory cost none), and the most one refusal
+//     made;
 //   - writes/call: store writes per call while failing;
 //   - budget WCU/s: the peak write units one budget item took in one
 //     second;
@@ -76,6 +78,7 @@ func BudgetTable(groups []Group) string {
 	for _, g := range groups {
 		var shares []float64
 		usedMax, allMax := math.NaN(), math.NaN()
+		var maxRefusal int64
 		abst, perRefusal, perCall, wcu, thr := newSpan(), newSpan(), newSpan(), newSpan(), newSpan()
 		for _, r := range g {
 			var writes, calls int64
@@ -89,7 +92,8 @@ func BudgetTable(groups []Group) string {
 				calls += w.Calls - w.Throttled
 			}
 			abst.add(float64(r.Totals.Global.Abstained))
-			perRefusal.add(ratio(r.Totals.Global.RefusalWrites, r.Totals.Global.Refused))
+			perRefusal.add(ratio(r.Totals.Global.RefusalWrites, r.Totals.Global.StoreRefusals))
+			maxRefusal = max(maxRefusal, r.Totals.Global.MaxRefusalWrites)
 			perCall.add(ratio(writes, calls))
 			wcu.add(r.Store.Budget.PeakWriteUnits)
 			thr.add(float64(r.Totals.Store.Throttled))
@@ -101,7 +105,7 @@ func BudgetTable(groups []Group) string {
 		c := g[0].Cell
 		fmt.Fprintf(&b, "| %d | %g | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			c.Envs, c.CallsPerWindow, c.FailureRatio, pct(lo), pct(median(shares)), pct(usedMax), pct(allMax),
-			abst.format("%.0f"), perRefusal.format("%.2f"), perCall.format("%.3f"), wcu.format("%.0f"), thr.format("%.0f"))
+			abst.format("%.0f"), refusalWrites(perRefusal, maxRefusal), perCall.format("%.3f"), wcu.format("%.0f"), thr.format("%.0f"))
 	}
 	return b.String()
 }
@@ -148,6 +152,15 @@ func GridFooter(results []CellResult, wall time.Duration) string {
 	}
 	return fmt.Sprintf("%d runs, %d calls, %d events, %d store waits timed out (real time), %.1f s of wall time",
 		len(results), calls, events, timeouts, wall.Seconds())
+}
+
+// refusalWrites prints writes per store refusal and the most one made:
+// "1.98 (max 2)".
+func refusalWrites(per span, most int64) string {
+	if per.lo > per.hi {
+		return "–"
+	}
+	return fmt.Sprintf("%s (max %d)", per.format("%.2f"), most)
 }
 
 func pct(v float64) string {

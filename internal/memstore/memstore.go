@@ -62,7 +62,8 @@
 // write to an expired window in normal use); the counts Reads and Writes
 // count method calls, whereas the Meter counts DynamoDB requests; and a
 // Report never needs more than two writes, since no other write can come
-// between them (the dynamo store gives up after two).
+// between them (the dynamo store's third write, when another environment
+// started the bucket between its first two, never happens here).
 package memstore
 
 import (

@@ -62,13 +62,20 @@ type Hint struct {
 	// held is the bucket number each slot held in the last state seen
 	// (0: empty).
 	held [breaker.FleetSlots]atomic.Int64
-	// othersStart: the last time a report of a bucket newer than its
-	// slot's known one was written, another environment had already
-	// started the bucket. In a busy fleet that is the rule (only the
-	// first of the fleet's reports of a bucket resets its slot), so Add is
-	// guessed first for such a report; otherwise Reset.
-	othersStart atomic.Bool
+	// others says how often, lately, a report of a bucket newer than its
+	// slot's known one found the bucket started by another environment: a
+	// counter from 0 to 3, up when it did, down when it did not. In a busy
+	// fleet that is the rule (only the first of the fleet's reports of a
+	// bucket resets its slot), and being first once in a while does not
+	// change the guess: Add is guessed first for such a report while the
+	// counter is 2 or 3, Reset otherwise (a lone environment, which starts
+	// every bucket itself).
+	others atomic.Int32
 }
+
+// othersGuess is the counter from which Add is guessed; a new Hint starts
+// just below it.
+const othersGuess = 2
 
 // Learn notes the slots of a state read or written.
 func (h *Hint) Learn(buckets *[breaker.FleetSlots]breaker.Bucket) {
@@ -87,21 +94,33 @@ func (h *Hint) Predict(r breaker.Report) (f Form, newBucket bool) {
 		// a write answers the item as it stands: Reset, refused then,
 		// is as good as any.
 		return Reset, false
-	case f == Reset && h.othersStart.Load():
+	case f == Reset && h.others.Load()+initialOthers >= othersGuess:
 		return Add, true
 	default:
 		return f, f == Reset
 	}
 }
 
-// NoteStart records the form a report of a bucket newer than its slot's
-// known one turned out to need: Add (another environment had started the
-// bucket) or Reset (this one started it).
+// NoteStart records, once per report of a bucket newer than its slot's
+// known one, the form its slot called for when the first write landed:
+// Add (another environment had started the bucket) or Reset (this one
+// started it).
 func (h *Hint) NoteStart(f Form) {
-	if f != Late {
-		h.othersStart.Store(f == Add)
+	if f == Late {
+		return
 	}
+	c := h.others.Load() + initialOthers
+	if f == Add {
+		c = min(c+1, 3)
+	} else {
+		c = max(c-1, 0)
+	}
+	h.others.Store(c - initialOthers) // a race loses an update: a guess, no harm
 }
+
+// initialOthers is the counter of a new Hint (stored as the difference
+// from it, so that the zero Hint starts there).
+const initialOthers = othersGuess - 1
 
 // Hints holds a Hint per breaker name. The zero value is ready to use.
 type Hints struct{ m sync.Map }

@@ -49,8 +49,23 @@ func TestPredict(t *testing.T) {
 	b[4].Num = 4
 	h.Learn(&b)
 	check(r, Add, true)
+	// Others started buckets twice more (the counter saturates at 3):
+	// being first once does not change the guess, twice does.
+	h.NoteStart(Add)
+	h.NoteStart(Add)
+	h.NoteStart(Reset)
+	check(r, Add, true)
 	h.NoteStart(Reset)
 	check(r, Reset, true)
+	// A lone environment stays on Reset.
+	for range 5 {
+		h.NoteStart(Reset)
+	}
+	check(r, Reset, true)
+	h.NoteStart(Add)
+	check(r, Reset, true)
+	h.NoteStart(Add)
+	check(r, Add, true)
 }
 
 func TestHintsPerName(t *testing.T) {

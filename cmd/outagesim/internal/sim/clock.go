@@ -44,6 +44,8 @@ import (
 type Clock struct {
 	epoch time.Time
 	speed float64
+	// wall reads real time: time.Now, or a manual clock in tests.
+	wall func() time.Time
 
 	state atomic.Pointer[clockState]
 	busy  atomic.Int64 // units of work in transit
@@ -55,6 +57,10 @@ type Clock struct {
 	// horizon, if not zero, is 1 + the simulated time (since epoch) Now
 	// never passes: the driver's pace (see SetHorizon).
 	horizon atomic.Int64
+
+	// Sleeps that ended: all, those that ended more than LateAfter past
+	// their target (the goroutine ran late), and the largest overshoot.
+	sleeps, lateSleeps, maxOvershoot, overshoot atomic.Int64
 
 	mu      sync.Mutex    // serialises stops and restarts; guards the fields below
 	paused  time.Duration // real time spent stopped, finished stops only
@@ -74,11 +80,17 @@ type clockState struct {
 // NewClock returns a running clock at epoch, speed times faster than real
 // time, that never stops (see SetBackpressure).
 func NewClock(epoch time.Time, speed float64) (*Clock, error) {
+	return newClockWall(epoch, speed, time.Now)
+}
+
+// newClockWall is NewClock reading real time from wall (tests pass a
+// manual one; sleeps and Run still use the runtime's timers).
+func newClockWall(epoch time.Time, speed float64, wall func() time.Time) (*Clock, error) {
 	if !(speed > 0) || speed > 1e6 {
 		return nil, fmt.Errorf("sim: speed %v must be > 0 and at most 1e6", speed)
 	}
-	c := &Clock{epoch: epoch, speed: speed}
-	c.state.Store(&clockState{sim: epoch, real: time.Now()})
+	c := &Clock{epoch: epoch, speed: speed, wall: wall}
+	c.state.Store(&clockState{sim: epoch, real: wall()})
 	return c, nil
 }
 
@@ -108,7 +120,7 @@ func (c *Clock) now(st *clockState) time.Time {
 	if st.stopped {
 		return st.sim
 	}
-	el := time.Since(st.real)
+	el := c.wall().Sub(st.real)
 	if c.maxStep > 0 && el > c.maxStep {
 		el = c.maxStep
 	}
@@ -172,6 +184,7 @@ func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 		}
 		rem := target.Sub(c.now(st))
 		if rem <= 0 {
+			c.sleepEnded(-rem)
 			return ctx.Err()
 		}
 		if t == nil {
@@ -183,6 +196,21 @@ func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 		case <-t.C:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// sleepEnded counts a sleep that ended over past its target.
+func (c *Clock) sleepEnded(over time.Duration) {
+	c.sleeps.Add(1)
+	c.overshoot.Add(int64(over))
+	if over > LateAfter {
+		c.lateSleeps.Add(1)
+	}
+	for {
+		m := c.maxOvershoot.Load()
+		if int64(over) <= m || c.maxOvershoot.CompareAndSwap(m, int64(over)) {
+			return
 		}
 	}
 }
@@ -216,19 +244,19 @@ func (c *Clock) adjust(force bool) {
 	n := c.busy.Load()
 	switch {
 	case !st.stopped && n > c.high && !force:
-		stopped := &clockState{sim: c.now(st), real: time.Now(), stopped: true, resumed: make(chan struct{})}
+		stopped := &clockState{sim: c.now(st), real: c.wall(), stopped: true, resumed: make(chan struct{})}
 		c.state.Store(stopped)
 		// A Busy(-1) that read the state before this Store has already
 		// subtracted (it adds before it reads), so this load sees it: if
 		// the work drained meanwhile, nobody else will restart the clock.
 		if c.busy.Load() <= c.low {
-			c.state.Store(&clockState{sim: stopped.sim, real: time.Now()})
+			c.state.Store(&clockState{sim: stopped.sim, real: c.wall()})
 			close(stopped.resumed)
 			return
 		}
 		c.stops++
 	case st.stopped && (n <= c.low || force):
-		now := time.Now()
+		now := c.wall()
 		c.paused += now.Sub(st.real)
 		if force {
 			c.forced++
@@ -252,14 +280,14 @@ func (c *Clock) Run(ctx context.Context, tick, maxPause time.Duration) {
 		}
 		st := c.state.Load()
 		if st.stopped {
-			if time.Since(st.real) >= maxPause {
+			if c.wall().Sub(st.real) >= maxPause {
 				c.adjust(true)
 			}
 			continue
 		}
 		c.mu.Lock()
 		if st = c.state.Load(); !st.stopped {
-			now := time.Now()
+			now := c.wall()
 			if el := now.Sub(st.real); c.maxStep > 0 && el > c.maxStep {
 				c.skipped += el - c.maxStep
 			}
@@ -283,6 +311,15 @@ type ClockStats struct {
 	// Skipped is real time not counted as simulated time because the
 	// process did not run (see SetMaxStep).
 	Skipped Duration `json:"skipped_seconds"`
+	// Sleeps counts the sleeps that ended (backoffs, Retry-After waits,
+	// the partner's service time), LateSleeps those that ended more than
+	// LateAfter of simulated time past their target because their
+	// goroutine ran late, and MaxOvershoot is the latest one.
+	Sleeps       int64    `json:"sleeps,omitempty"`
+	LateSleeps   int64    `json:"late_sleeps,omitempty"`
+	MaxOvershoot Duration `json:"max_sleep_overshoot_seconds,omitempty"`
+	// MeanOvershoot is the mean of how late sleeps ended.
+	MeanOvershoot Duration `json:"mean_sleep_overshoot_seconds,omitempty"`
 }
 
 // Stats returns the clock's stops and skips so far.
@@ -291,7 +328,9 @@ func (c *Clock) Stats() ClockStats {
 	defer c.mu.Unlock()
 	paused := c.paused
 	if st := c.state.Load(); st.stopped {
-		paused += time.Since(st.real)
+		paused += c.wall().Sub(st.real)
 	}
-	return ClockStats{Paused: Duration(paused), Stops: c.stops, Forced: c.forced, Skipped: Duration(c.skipped)}
+	return ClockStats{Paused: Duration(paused), Stops: c.stops, Forced: c.forced, Skipped: Duration(c.skipped),
+		Sleeps: c.sleeps.Load(), LateSleeps: c.lateSleeps.Load(), MaxOvershoot: Duration(c.maxOvershoot.Load()),
+		MeanOvershoot: Duration(c.overshoot.Load() / max(c.sleeps.Load(), 1))}
 }

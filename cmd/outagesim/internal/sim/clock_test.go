@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 )
@@ -90,31 +91,74 @@ func TestClockBackpressure(t *testing.T) {
 	}
 }
 
+// wallClock is a manual real-time source for the Clock.
+type wallClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newWallClock() *wallClock { return &wallClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (w *wallClock) Now() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.now
+}
+
+func (w *wallClock) Advance(d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.now = w.now.Add(d)
+}
+
+// The horizon holds simulated time back however much real time passes,
+// and a horizon set behind the clock never sends it back. Real time is a
+// manual clock, so the test does not depend on how fast the machine runs.
 func TestClockHorizon(t *testing.T) {
-	// At x100 the horizon 10 simulated seconds ahead is 100 ms of real time
-	// away, far more than the scheduling delay between NewClock and
-	// SetHorizon even on a loaded CI machine (at x1e6 a microsecond's delay
-	// was a simulated second and the clock was past the horizon before it
-	// was set); sleeping 200 ms would take the clock 20 s ahead without it.
 	const speed, ahead = 100, 10 * time.Second
-	c, _ := NewClock(testStart, speed)
-	c.SetHorizon(testStart.Add(ahead))
-	if err := c.Sleep(context.Background(), 0); err != nil {
+	wall := newWallClock()
+	c, err := newClockWall(testStart, speed, wall.Now)
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * ahead / speed)
+	wall.Advance(ahead / speed / 2) // half way: the clock runs freely up to the horizon
+	c.SetHorizon(testStart.Add(ahead))
+	if now, want := c.Now(), testStart.Add(ahead/2); !now.Equal(want) {
+		t.Errorf("Now = %v below the horizon, want %v", now, want)
+	}
+	wall.Advance(2 * ahead / speed) // 20 simulated seconds without the horizon
 	if now := c.Now(); !now.Equal(testStart.Add(ahead)) {
 		t.Errorf("Now = %v, want the horizon %v", now, testStart.Add(ahead))
 	}
 	c.ClearHorizon()
-	if now := c.Now(); !now.After(testStart.Add(ahead)) {
-		t.Errorf("Now = %v after the horizon was cleared", now)
+	if now, want := c.Now(), testStart.Add(ahead/2+2*ahead); !now.Equal(want) {
+		t.Errorf("Now = %v after the horizon was cleared, want %v", now, want)
 	}
-	// A horizon behind the clock does not send time back.
+	// A horizon behind the clock does not send time back: it is raised to
+	// a millisecond past Now.
 	before := c.Now()
 	c.SetHorizon(testStart)
-	if now := c.Now(); now.Before(before) {
-		t.Errorf("Now went back from %v to %v", before, now)
+	if now := c.Now(); !now.Equal(before) {
+		t.Errorf("Now moved from %v to %v with real time standing still", before, now)
+	}
+	wall.Advance(time.Second)
+	if now, want := c.Now(), before.Add(time.Millisecond); !now.Equal(want) {
+		t.Errorf("Now = %v, want the raised horizon %v", now, want)
+	}
+}
+
+// With a step cap, real time the clock did not step over (the process
+// was not scheduled) is not counted as simulated time.
+func TestClockMaxStep(t *testing.T) {
+	wall := newWallClock()
+	c, err := newClockWall(testStart, 10, wall.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetMaxStep(5 * time.Millisecond)
+	wall.Advance(time.Second) // a stall: nobody stepped the clock
+	if now, want := c.Now(), testStart.Add(50*time.Millisecond); !now.Equal(want) {
+		t.Errorf("Now = %v after a 1 s stall, want %v (5 ms of real time at x10)", now, want)
 	}
 }
 

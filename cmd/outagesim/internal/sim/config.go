@@ -13,13 +13,16 @@ import (
 // every strategy shares and the strategies to run.
 type Config struct {
 	// Fleet.
-	Envs     int           // execution environments at the start (E)
-	Rate     int           // new calls per simulated second, fleet-wide (R)
-	Duration time.Duration // simulated time during which new calls start
-	ScaleOut bool          // Lambda-like: one call at a time per environment, new ones join when all are busy
-	MaxEnvs  int           // cap on environments with ScaleOut; beyond it calls are throttled
+	Fleet     string        // FleetBusy or FleetLambda: how calls find an environment (see OneAtATime)
+	Envs      int           // execution environments at the start (E)
+	Rate      int           // new calls per simulated second, fleet-wide (R)
+	Duration  time.Duration // simulated time during which new calls start
+	ScaleOut  bool          // one call at a time per environment, new ones join when all are busy
+	MaxEnvs   int           // cap on environments with ScaleOut; beyond it calls are throttled
+	ScaleRate int           // with ScaleOut, environments that may join per simulated second, bursts of 10 s worth (0 = unlimited)
 
 	// Partner.
+	Outage         string        // the outage preset that set OutageCapacity (OutageMajor, OutagePartial), or "" when set by hand
 	Capacity       int           // calls served per simulated second, normally
 	OutageCapacity int           // calls served per simulated second during the outage
 	OutageStart    time.Duration // whole seconds from the start
@@ -55,6 +58,7 @@ type Config struct {
 	BreakerOpen         time.Duration
 
 	// Run.
+	Partner    string // PartnerHTTP or PartnerInproc: how the fleet reaches the partner, and whose clock runs
 	Seed       uint64
 	Speed      float64 // simulated seconds per real second
 	Strategies []string
@@ -68,6 +72,73 @@ type Config struct {
 	PriceRead  float64
 	PriceWrite float64
 }
+
+// Fleet shapes (-fleet).
+const (
+	// FleetBusy is a few busy environments: each call goes to an
+	// environment picked at random, which runs any number of calls at once
+	// (with -scale-out: one at a time, the most recently used idle one
+	// first, a new one joining when none is idle).
+	FleetBusy = "busy"
+	// FleetLambda is many environments making about one call per second
+	// each, as a Lambda fleet does: an environment handles one call at a
+	// time; a call goes to an idle environment picked at random, so each
+	// of E environments makes about R/E calls per second at random
+	// intervals; when none is idle the call is throttled (Lambda at its concurrency limit) or,
+	// with -scale-out, a new environment joins; every environment flushes
+	// its pending counts after each call, as a Lambda handler does before
+	// it returns.
+	FleetLambda = "lambda"
+)
+
+// Engines (-partner): where the partner lives and what time runs on.
+const (
+	// PartnerHTTP is a real net/http partner on loopback and simulated
+	// time running -speed times faster than real time: real I/O, real
+	// goroutine scheduling, and the keep-up checks (KeepUp).
+	PartnerHTTP = "http"
+	// PartnerInproc calls the same partner in process on a discrete-event
+	// scheduler (internal/fleetsim): virtual time, no real waiting, the
+	// same seed giving the same run (except the AWS SDK's jitter), so
+	// fleets of 10,000 environments fit on a 2-core machine. The library
+	// code under test is the same.
+	PartnerInproc = "inproc"
+)
+
+// Outage presets (-outage): the partner's capacity during the outage as a
+// fraction of its normal capacity.
+const (
+	// OutageMajor keeps a fifth of the capacity (300 of 1,500/s against
+	// 1,000 new calls/s): about 73% of the attempts a 10% budget lets
+	// through fail, and the shared breaker (50%) opens.
+	OutageMajor = "major"
+	// OutagePartial keeps half of it (750/s): 25% of first attempts fail,
+	// about 30% of the attempts a 10% budget lets through, well under the
+	// breaker's 50%, which should stay closed.
+	OutagePartial = "partial"
+)
+
+// OutageCapacityFor returns the outage capacity of preset for a normal
+// capacity.
+func OutageCapacityFor(preset string, capacity int) (int, bool) {
+	switch preset {
+	case OutageMajor:
+		return capacity / 5, true
+	case OutagePartial:
+		return capacity / 2, true
+	}
+	return 0, false
+}
+
+// The -fleet lambda preset: 1,000 environments, one call per second each.
+const (
+	LambdaEnvs    = 1000
+	LambdaRate    = 1000
+	LambdaMaxEnvs = 10_000
+	// LambdaScaleRate is Lambda's scaling limit: 1,000 environments per 10
+	// seconds per function.
+	LambdaScaleRate = 100
+)
 
 // Default values.
 const (
@@ -120,6 +191,9 @@ const (
 // strategy.
 func DefaultConfig() Config {
 	return Config{
+		Fleet:          FleetBusy,
+		Outage:         OutageMajor,
+		Partner:        PartnerHTTP,
 		Envs:           DefaultEnvs,
 		Rate:           DefaultRate,
 		Duration:       DefaultDuration,
@@ -150,6 +224,19 @@ func DefaultConfig() Config {
 	}
 }
 
+// LambdaConfig returns the defaults with the -fleet lambda preset.
+func LambdaConfig() Config {
+	c := DefaultConfig()
+	c.Fleet = FleetLambda
+	c.Envs, c.Rate, c.MaxEnvs, c.ScaleRate = LambdaEnvs, LambdaRate, LambdaMaxEnvs, LambdaScaleRate
+	c.Partner = PartnerInproc
+	return c
+}
+
+// OneAtATime tells whether an environment handles one call at a time
+// (-fleet lambda, or -scale-out).
+func (c Config) OneAtATime() bool { return c.ScaleOut || c.Fleet == FleetLambda }
+
 // Schedule returns the partner's capacity schedule.
 func (c Config) Schedule() Schedule {
 	return Schedule{Normal: c.Capacity, Outage: c.OutageCapacity, OutageStart: c.OutageStart, OutageLength: c.OutageLength}
@@ -174,6 +261,28 @@ func (c Config) Validate() error {
 		case d%time.Second != 0:
 			bad(flag, "%v must be a whole number of seconds", d)
 		}
+	}
+	if c.Fleet != FleetBusy && c.Fleet != FleetLambda {
+		bad("fleet", "%q must be %s or %s", c.Fleet, FleetBusy, FleetLambda)
+	}
+	if c.Outage != "" {
+		if want, ok := OutageCapacityFor(c.Outage, c.Capacity); !ok {
+			bad("outage", "%q must be %s or %s", c.Outage, OutageMajor, OutagePartial)
+		} else if c.OutageCapacity != want {
+			bad("outage", "%s sets -outage-capacity %d (of -capacity %d), not %d: set one or the other", c.Outage, want, c.Capacity, c.OutageCapacity)
+		}
+	}
+	switch c.Partner {
+	case PartnerHTTP:
+	case PartnerInproc:
+		if c.DynamoEndpoint != "" {
+			bad("partner", "%s needs the in-memory stores: DynamoDB calls are real I/O, which virtual time cannot wait for (use -partner %s with -dynamodb-endpoint)", PartnerInproc, PartnerHTTP)
+		}
+	default:
+		bad("partner", "%q must be %s or %s", c.Partner, PartnerHTTP, PartnerInproc)
+	}
+	if c.ScaleRate < 0 {
+		bad("scale-rate", "%d is negative", c.ScaleRate)
 	}
 	if c.Envs < 1 || c.Envs > 100_000 {
 		bad("envs", "%d must be between 1 and 100000", c.Envs)

@@ -66,7 +66,7 @@ func NewDynamoBackend(ctx context.Context, cfg Config, log io.Writer) (*DynamoBa
 // requests and capacity units (a BatchGetItem of a breaker's two items is
 // one read request and 2 × 0.5 read units, eventually consistent; a
 // GetItem 0.5; every write, refused or not, one write unit).
-func (b *DynamoBackend) Stores(context.Context) (Stores, error) {
+func (b *DynamoBackend) Stores(context.Context, func() time.Time) (Stores, error) {
 	var readHalves, writes atomic.Int64
 	onRequest := func(ri dynamo.RequestInfo) {
 		switch ri.Operation {

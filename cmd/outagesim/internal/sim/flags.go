@@ -30,20 +30,35 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 	fs.SetOutput(errOut)
 	fs.Usage = func() {
 		fmt.Fprintf(errOut, "Usage: %s [flags]\n\n", name)
-		fmt.Fprintf(errOut, "Runs a fleet of execution environments against a loopback partner that loses\n"+
-			"capacity for a while, once per retry strategy, and shows what each strategy\n"+
-			"does to the partner. Durations are simulated time (see -speed).\n\nFlags:\n")
+		fmt.Fprintf(errOut, "Runs a fleet of execution environments against a partner that loses capacity\n"+
+			"for a while, once per retry strategy, and shows what each strategy does to\n"+
+			"the partner. Durations are simulated time.\n\n"+
+			"  %[1]s                           50 busy environments, HTTP on loopback (about 40 s)\n"+
+			"  %[1]s -fleet lambda             1,000 environments, one call per second each, in process (a few s)\n"+
+			"  %[1]s -fleet lambda -scale-out  the same, Lambda adding environments while calls are slow\n"+
+			"  %[1]s -outage partial           the partner keeps half its capacity: the breaker should stay closed\n"+
+			"\nOver HTTP (-partner http) a run the machine could not keep up with is marked\n"+
+			"'!' and explained; -partner inproc runs in virtual time on any machine.\n\nFlags:\n", name)
 		fs.PrintDefaults()
 	}
 
+	fs.StringVar(&c.Fleet, "fleet", c.Fleet, fmt.Sprintf("fleet shape: %[1]s (a few busy environments, each running any number of calls at once, picked at random) or "+
+		"%[2]s (many environments making about one call per second each: one call at a time, an idle environment picked at random, "+
+		"a call throttled when none is idle, pending counts flushed after every call as a Lambda handler does; "+
+		"sets -envs %[3]d -rate %[4]d -partner %[7]s and, for -scale-out, -max-envs %[5]d -scale-rate %[6]d, unless given)",
+		FleetBusy, FleetLambda, LambdaEnvs, LambdaRate, LambdaMaxEnvs, LambdaScaleRate, PartnerInproc))
 	fs.IntVar(&c.Envs, "envs", c.Envs, "execution environments (E) at the start")
 	fs.IntVar(&c.Rate, "rate", c.Rate, "new calls per simulated second across the fleet (R)")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "simulated time during which new calls start (whole seconds)")
-	fs.BoolVar(&c.ScaleOut, "scale-out", c.ScaleOut, "Lambda-like fleet: one call at a time per environment; a new environment (fresh budget and breaker cache) joins when all are busy")
+	fs.BoolVar(&c.ScaleOut, "scale-out", c.ScaleOut, "Lambda-like scaling: one call at a time per environment; a new environment (fresh budget and breaker cache) joins when none is idle")
 	fs.IntVar(&c.MaxEnvs, "max-envs", c.MaxEnvs, "with -scale-out, the most environments; beyond it calls are throttled")
+	fs.IntVar(&c.ScaleRate, "scale-rate", c.ScaleRate, "with -scale-out, environments that may join per simulated second, in bursts of up to 10 s worth, as Lambda's 1,000 per 10 s (0 = unlimited)")
 
 	fs.IntVar(&c.Capacity, "capacity", c.Capacity, "calls the partner serves per simulated second, normally")
-	fs.IntVar(&c.OutageCapacity, "outage-capacity", c.OutageCapacity, "calls the partner serves per simulated second during the outage; the default, a fifth of the default -capacity, is a major outage in which the shared breaker opens; 600 is a partial one in which calls under a 10% budget fail about 45% of the time and the breaker stays closed")
+	fs.StringVar(&c.Outage, "outage", c.Outage, fmt.Sprintf("outage preset: %s (the partner keeps a fifth of -capacity: most attempts fail and the shared breaker opens) or "+
+		"%s (it keeps half: 25%% of first attempts and about 30%% of the attempts a 10%% budget lets through fail, under the breaker's 50%%, which should stay closed); "+
+		"sets -outage-capacity", OutageMajor, OutagePartial))
+	fs.IntVar(&c.OutageCapacity, "outage-capacity", c.OutageCapacity, "calls the partner serves per simulated second during the outage; -outage sets it from -capacity")
 	fs.DurationVar(&c.OutageStart, "outage-start", c.OutageStart, "start of the outage (whole seconds)")
 	fs.DurationVar(&c.OutageLength, "outage-length", c.OutageLength, "length of the outage (whole seconds)")
 	fs.IntVar(&c.RejectStatus, "reject-status", c.RejectStatus, "status of calls beyond capacity: 503 or 429")
@@ -67,12 +82,12 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 	fs.IntVar(&c.LeaseSize, "lease-size", c.LeaseSize, "global ratio: most retries one store write withdraws (0 = library default)")
 	fs.BoolVar(&c.FailClosed, "fail-closed", c.FailClosed, "global ratio: refuse retries while the store fails (default: abstain, fail open)")
 	fs.BoolVar(&c.LocalUnder, "global-with-local", c.LocalUnder, "give the global strategies a local ratio budget too, asked before the global one (the fallback when the store fails)")
-	fs.DurationVar(&c.StoreTimeout, "store-timeout", c.StoreTimeout, "real-time bound on each shared-store call (0 = library default, 50ms)")
+	fs.DurationVar(&c.StoreTimeout, "store-timeout", c.StoreTimeout, "real-time bound on each shared-store call (0 = library default, 50ms; 10s with -partner inproc, whose stores answer at once)")
 	fs.Float64Var(&c.BreakerFailureRatio, "breaker-failure-ratio", c.BreakerFailureRatio, "breaker trips at this failure ratio (0 = library default)")
 	fs.IntVar(&c.BreakerMinRequests, "breaker-min-requests", c.BreakerMinRequests, "breaker needs at least this many calls in its window (0 = library default)")
 	fs.DurationVar(&c.BreakerOpen, "breaker-open", c.BreakerOpen, "breaker open duration before the first probe (0 = library default)")
 
-	fs.Func("seed", fmt.Sprintf("seed of the call-to-environment assignment and every jitter source except the AWS SDK's (default %d)", c.Seed), func(s string) error {
+	fs.Func("seed", fmt.Sprintf("seed of the call-to-environment assignment, every jitter source except the AWS SDK's and, with -partner inproc, where the outage falls in the library's 10 s windows (default %d)", c.Seed), func(s string) error {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			return fmt.Errorf("%q is not an unsigned integer", s)
@@ -80,7 +95,10 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 		c.Seed = v
 		return nil
 	})
-	fs.Float64Var(&c.Speed, "speed", c.Speed, fmt.Sprintf("simulated seconds per real second (default %d with -dynamodb-endpoint)", DefaultDynamoSpeed))
+	fs.StringVar(&c.Partner, "partner", c.Partner, fmt.Sprintf("where the partner runs: %[1]s (a real HTTP server on loopback, simulated time -speed times real time, checked for keeping up) or "+
+		"%[2]s (called in process on a discrete-event scheduler: virtual time, reproducible for a seed, 10,000 environments on 2 cores; the same library code); "+
+		"default %[1]s, %[2]s with -fleet %[3]s, %[1]s with -dynamodb-endpoint", PartnerHTTP, PartnerInproc, FleetLambda))
+	fs.Float64Var(&c.Speed, "speed", c.Speed, fmt.Sprintf("simulated seconds per real second with -partner %s (default %d with -dynamodb-endpoint)", PartnerHTTP, DefaultDynamoSpeed))
 	strategies := strings.Join(c.Strategies, ",")
 	fs.StringVar(&strategies, "strategies", strategies, "comma-separated strategies to run, in this order: "+strings.Join(StrategyKeys(), ", "))
 
@@ -106,11 +124,9 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 		return o, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	c.Strategies = splitList(strategies)
-	speedSet := false
-	fs.Visit(func(f *flag.Flag) { speedSet = speedSet || f.Name == "speed" })
-	if c.DynamoEndpoint != "" && !speedSet {
-		c.Speed = DefaultDynamoSpeed
-	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	applyPresets(c, set)
 	if err := c.Validate(); err != nil {
 		fmt.Fprintf(errOut, "%s: invalid flags:\n%v\n", name, indent(err.Error()))
 		return o, fmt.Errorf("%w: %w", ErrUsage, err)
@@ -121,6 +137,37 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 		return o, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	return o, nil
+}
+
+// applyPresets fills in what -fleet, -outage and -dynamodb-endpoint imply
+// for the flags that were not given (set).
+func applyPresets(c *Config, set map[string]bool) {
+	if c.Fleet == FleetLambda {
+		l := LambdaConfig()
+		preset := func(name string, dst *int, v int) {
+			if !set[name] {
+				*dst = v
+			}
+		}
+		preset("envs", &c.Envs, l.Envs)
+		preset("rate", &c.Rate, l.Rate)
+		preset("max-envs", &c.MaxEnvs, l.MaxEnvs)
+		preset("scale-rate", &c.ScaleRate, l.ScaleRate)
+		if !set["partner"] && c.DynamoEndpoint == "" {
+			c.Partner = l.Partner
+		}
+	}
+	switch {
+	case set["outage-capacity"] && !set["outage"]:
+		c.Outage = "" // set by hand
+	case !set["outage-capacity"]:
+		if oc, ok := OutageCapacityFor(c.Outage, c.Capacity); ok {
+			c.OutageCapacity = oc
+		}
+	}
+	if c.DynamoEndpoint != "" && !set["speed"] {
+		c.Speed = DefaultDynamoSpeed
+	}
 }
 
 func splitList(s string) []string {

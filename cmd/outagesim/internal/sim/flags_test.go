@@ -42,7 +42,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 
 func TestParseFlagsSetsEveryField(t *testing.T) {
 	args := []string{
-		"-envs", "10", "-rate", "200", "-duration", "30s", "-scale-out", "-max-envs", "400",
+		"-fleet", "lambda", "-envs", "10", "-rate", "200", "-duration", "30s", "-scale-out", "-max-envs", "400", "-scale-rate", "7",
 		"-capacity", "300", "-outage-capacity", "100", "-outage-start", "5s", "-outage-length", "10s",
 		"-reject-status", "429", "-retry-after", "2s", "-latency", "5ms", "-slowdown", "50ms",
 		"-attempts", "4", "-transient-base", "20ms", "-throttling-base", "500ms", "-max-delay", "5s",
@@ -59,14 +59,14 @@ func TestParseFlagsSetsEveryField(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{
-		Envs: 10, Rate: 200, Duration: 30 * time.Second, ScaleOut: true, MaxEnvs: 400,
+		Fleet: FleetLambda, Envs: 10, Rate: 200, Duration: 30 * time.Second, ScaleOut: true, MaxEnvs: 400, ScaleRate: 7,
 		Capacity: 300, OutageCapacity: 100, OutageStart: 5 * time.Second, OutageLength: 10 * time.Second,
 		RejectStatus: http.StatusTooManyRequests, RetryAfter: 2 * time.Second, Latency: 5 * time.Millisecond,
 		Slowdown: 50 * time.Millisecond, Attempts: 4, TransientBase: 20 * time.Millisecond,
 		ThrottlingBase: 500 * time.Millisecond, MaxDelay: 5 * time.Second,
 		BucketCapacity: 100, TransientCost: 10, ThrottlingCost: 2, Ratio: 0.2, Window: 5 * time.Second,
 		MinRetries: 1, GlobalFloor: 7, GlobalShards: 2, LeaseSize: 4, BreakerFailureRatio: 0.3, BreakerMinRequests: 40, BreakerOpen: 10 * time.Second,
-		Seed: 1<<64 - 1, Speed: 25, Strategies: []string{"global", "none"},
+		Seed: 1<<64 - 1, Speed: 25, Strategies: []string{"global", "none"}, Partner: PartnerHTTP,
 		DynamoEndpoint: "http://localhost:8000", DynamoTable: "my-table", DynamoRegion: "eu-west-1",
 		PriceRead: 0.25, PriceWrite: 1.25, FailClosed: true, LocalUnder: true, StoreTimeout: 80 * time.Millisecond,
 	}
@@ -114,6 +114,13 @@ func TestParseFlagsRejects(t *testing.T) {
 		{[]string{"-store-timeout", "-1s"}, "-store-timeout"},
 		{[]string{"-price-write", "-1"}, "-price-write"},
 		{[]string{"-plot", "chart.svg"}, "must end in .png"},
+		{[]string{"-fleet", "tiny"}, `-fleet: "tiny" must be busy or lambda`},
+		{[]string{"-outage", "total"}, `-outage: "total" must be major or partial`},
+		{[]string{"-outage", "partial", "-outage-capacity", "600"}, "-outage: partial sets -outage-capacity 750 (of -capacity 1500), not 600"},
+		{[]string{"-scale-rate", "-1"}, "-scale-rate"},
+		{[]string{"-partner", "grpc"}, `-partner: "grpc" must be http or inproc`},
+		{[]string{"-partner", "inproc", "-dynamodb-endpoint", "http://localhost:8000"}, "-partner: inproc needs the in-memory stores"},
+		{[]string{"-fleet", "lambda", "-scale-out", "-max-envs", "500"}, "-max-envs: 500 is below -envs 1000"},
 		{[]string{"-no-such-flag"}, "not defined"},
 		{[]string{"stray"}, "unexpected argument"},
 	} {
@@ -149,10 +156,50 @@ func TestParseFlagsHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v, want flag.ErrHelp", err)
 	}
-	for _, s := range []string{"Usage: outagesim", "-envs", "-speed", "-dynamodb-endpoint", "-plot"} {
+	for _, s := range []string{"Usage: outagesim", "-envs", "-speed", "-dynamodb-endpoint", "-plot", "-fleet", "lambda", "-outage", "partial"} {
 		if !strings.Contains(errOut.String(), s) {
 			t.Errorf("usage lacks %q", s)
 		}
+	}
+}
+
+// -fleet lambda and -outage set the flags they imply, unless given.
+func TestParseFlagsPresets(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want func(*Config)
+	}{
+		{[]string{"-fleet", "lambda"}, func(c *Config) {
+			c.Fleet, c.Envs, c.Rate, c.MaxEnvs, c.ScaleRate, c.Partner = FleetLambda, 1000, 1000, 10_000, 100, PartnerInproc
+		}},
+		{[]string{"-fleet", "lambda", "-partner", "http"}, func(c *Config) {
+			c.Fleet, c.Envs, c.Rate, c.MaxEnvs, c.ScaleRate = FleetLambda, 1000, 1000, 10_000, 100
+		}},
+		{[]string{"-partner", "inproc"}, func(c *Config) { c.Partner = PartnerInproc }},
+		{[]string{"-fleet", "lambda", "-envs", "300", "-scale-rate", "0"}, func(c *Config) {
+			c.Fleet, c.Envs, c.Rate, c.MaxEnvs, c.ScaleRate, c.Partner = FleetLambda, 300, 1000, 10_000, 0, PartnerInproc
+		}},
+		{[]string{"-outage", "partial"}, func(c *Config) { c.Outage, c.OutageCapacity = OutagePartial, 750 }},
+		{[]string{"-outage", "partial", "-capacity", "1000"}, func(c *Config) {
+			c.Outage, c.Capacity, c.OutageCapacity = OutagePartial, 1000, 500
+		}},
+		{[]string{"-capacity", "2000"}, func(c *Config) { c.Capacity, c.OutageCapacity = 2000, 400 }},
+		{[]string{"-outage-capacity", "600"}, func(c *Config) { c.Outage, c.OutageCapacity = "", 600 }},
+		{[]string{"-outage", "major", "-outage-capacity", "300"}, func(c *Config) {}},
+	} {
+		o, err := ParseFlags("outagesim", tc.args, &bytes.Buffer{})
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		want := DefaultConfig()
+		tc.want(&want)
+		if !reflect.DeepEqual(o.Config, want) {
+			t.Errorf("%v:\ngot  %+v\nwant %+v", tc.args, o.Config, want)
+		}
+	}
+	if want := LambdaConfig(); want.Fleet != FleetLambda || want.Envs != 1000 || want.Rate != 1000 || !want.OneAtATime() {
+		t.Errorf("LambdaConfig() = %+v", want)
 	}
 }
 
@@ -165,5 +212,10 @@ func TestParseFlagsDynamoSpeed(t *testing.T) {
 	o, err = ParseFlags("outagesim", []string{"-dynamodb-endpoint", "http://127.0.0.1:8000", "-speed", "3"}, &bytes.Buffer{})
 	if err != nil || o.Speed != 3 {
 		t.Errorf("speed %v (%v), want 3", o.Speed, err)
+	}
+	// The Lambda-shaped fleet runs over HTTP with DynamoDB.
+	o, err = ParseFlags("outagesim", []string{"-fleet", "lambda", "-dynamodb-endpoint", "http://127.0.0.1:8000"}, &bytes.Buffer{})
+	if err != nil || o.Partner != PartnerHTTP || o.Speed != DefaultDynamoSpeed {
+		t.Errorf("-fleet lambda with DynamoDB: partner %q, speed %v (%v); want http at real time", o.Partner, o.Speed, err)
 	}
 }

@@ -3,45 +3,42 @@ package sim
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptrace"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Runner runs one strategy at a time against a fresh partner.
+// Runner runs one strategy at a time against a fresh partner, over HTTP on
+// loopback or in process (Config.Partner).
 type Runner struct {
 	Config  Config
 	Backend Backend
 	// Progress, if not nil, is called from the run's driver goroutine
 	// with the fraction of new calls started so far, in [0, 1].
 	Progress func(frac float64)
+
+	// wrapTransport, if not nil, wraps the fleet's HTTP transport (tests).
+	wrapTransport func(http.RoundTripper) http.RoundTripper
+}
+
+// Run runs one strategy: it starts a fresh partner and a fresh fleet,
+// starts Rate new calls per simulated second for Duration, waits for every
+// call to finish and returns what happened.
+func (r *Runner) Run(ctx context.Context, info StrategyInfo) (*Result, error) {
+	if r.Config.Partner == PartnerInproc {
+		return r.runInproc(ctx, info)
+	}
+	return r.runHTTP(ctx, info)
 }
 
 // tailSeconds are counted past Duration for retries still in flight.
 const tailSeconds = 60
 
-// maxConns bounds the fleet's connections to the partner.
-const maxConns = 512
-
-// Clock backpressure (see Clock): simulated time stops while more than
-// busyHigh requests, responses and not-yet-sent calls are in transit, and
-// starts again at busyLow; it advances by at most maxStep of real time
-// between two steps, taken every clockTick. maxPause is the watchdog's
-// limit.
-const (
-	busyHigh  = 64
-	busyLow   = 16
-	clockTick = time.Millisecond
-	maxStep   = 5 * time.Millisecond
-	maxPause  = 2 * time.Second
-	// driverTick is how often the driver starts the calls that are due.
-	driverTick = 500 * time.Microsecond
-)
+// scaleBurstSeconds: Lambda adds at most 1,000 environments every 10
+// seconds, refilled continuously: a burst of ten seconds' worth.
+const scaleBurstSeconds = 10
 
 // Phases of a run, by when a call was scheduled to start: before the
 // outage, during it, after it.
@@ -55,10 +52,10 @@ const (
 type env struct {
 	id     int
 	caller Caller
-	// firstOpen is the simulated time (Clock.Elapsed, +1 so that 0 means
-	// never) this environment first saw its breaker open.
+	// firstOpen is the simulated time (since the run's epoch, +1 so that
+	// 0 means never) this environment first saw its breaker open.
 	firstOpen atomic.Int64
-	// lastCall is the simulated time (Clock.Elapsed) its latest call
+	// lastCall is the simulated time (since the epoch) its latest call
 	// started.
 	lastCall atomic.Int64
 }
@@ -66,138 +63,239 @@ type env struct {
 type tally struct {
 	outcomes     [numPhases][numOutcomes]atomic.Int64 // [phase][outcome]
 	blockedFirst [numPhases]atomic.Int64              // first attempts the breaker rejected, by phase
+	firstSent    [numPhases]atomic.Int64              // first attempts sent, by the phase their call was scheduled in
 	attempts     atomic.Int64                         // attempts sent by the clients
 }
 
+// run is one strategy's run, whichever the engine: the fleet, its calls
+// and what they did.
 type run struct {
 	cfg      Config
-	clock    *Clock
+	clock    TimeSource
+	epoch    time.Time // simulated time elapsed times count from
 	strategy Strategy
-	client   *http.Client
-	url      string
+	partner  *Partner
 	t0       time.Time // simulated time of second 0
 	tally    tally
-	wg       sync.WaitGroup
 
-	mu      sync.Mutex // guards nextID, envs, free, newErr
-	nextID  int
-	envs    []*env
-	free    []*env // idle environments (ScaleOut only), used LIFO like Lambda's warm pool
-	newErr  error  // first error building an environment
+	// The engine's parts: go starts a call's goroutine, busy reports work
+	// in transit to the clock's backpressure (HTTP only), attempt sends
+	// one attempt due at due (simulated time) to the partner.
+	goCall  func(f func())
+	busy    func(delta int64)
+	attempt func(ctx context.Context, n int, due time.Time) (*http.Response, error)
+	wg      sync.WaitGroup // calls running
+
+	// The driver's state (one goroutine: the driver, or the scheduler).
+	pick    *rand.Rand
+	usage   [3]StoreUsage // the stores' counters at the start of each phase's calls (usage[2]: at the end)
+	snapped int
+
+	mu     sync.Mutex // guards nextID, envs, free, newErr, scale
+	nextID int
+	envs   []*env
+	// free holds the idle environments when they take one call at a time
+	// (Config.OneAtATime): -fleet lambda takes one at random, so that each
+	// of E environments makes about R/E calls per second at random
+	// intervals; -scale-out alone the one that became idle last (Lambda's
+	// warm pool).
+	free    envPool
+	newErr  error // first error building an environment
 	envSeed uint64
+	// scale limits how fast environments join (Config.ScaleRate).
+	scale scaleBucket
 }
 
-var attemptValues = func() []string {
-	v := make([]string, 101)
-	for i := range v {
-		v[i] = strconv.Itoa(i)
+// newRun returns a run of strategy on the partner, whose second 0 is t0.
+func newRun(cfg Config, clock TimeSource, epoch time.Time, strategy Strategy, partner *Partner, t0 time.Time) *run {
+	rn := &run{cfg: cfg, clock: clock, epoch: epoch, strategy: strategy, partner: partner, t0: t0,
+		envSeed: cfg.Seed, pick: rand.New(rand.NewPCG(cfg.Seed, 0)), busy: func(int64) {}}
+	if cfg.ScaleRate > 0 {
+		rn.scale = scaleBucket{rate: float64(cfg.ScaleRate), burst: float64(cfg.ScaleRate) * scaleBurstSeconds}
+		rn.scale.tokens = rn.scale.burst
 	}
-	return v
-}()
+	return rn
+}
 
-// Run runs one strategy: it starts a fresh partner and a fresh fleet,
-// starts Rate new calls per simulated second for Duration, waits for every
-// call to finish and returns what happened.
-func (r *Runner) Run(ctx context.Context, info StrategyInfo) (*Result, error) {
-	cfg := r.Config
-	wallStart := time.Now()
-	clock, err := NewClock(time.Now().Truncate(time.Minute), cfg.Speed)
-	if err != nil {
-		return nil, err
-	}
-	clock.SetBackpressure(busyHigh, busyLow)
-	clock.SetMaxStep(maxStep)
-	clockCtx, stopClock := context.WithCancel(ctx)
-	defer stopClock()
-	go clock.Run(clockCtx, clockTick, maxPause)
-	// Shared budgets and breakers are named per strategy and per run, so
-	// that runs sharing a DynamoDB table (-dynamodb-table) never meet.
-	deps := Deps{Config: cfg, Clock: clock, Backend: r.Backend,
-		Name: "outagesim-" + info.Key + "-" + strconv.FormatInt(wallStart.UnixMilli(), 36)}
-	strategy, err := info.Build(ctx, deps)
-	if err != nil {
-		return nil, fmt.Errorf("strategy %s: %w", info.Key, err)
-	}
-	defer func() { _ = strategy.Close(context.WithoutCancel(ctx)) }()
-
-	// Second 0 starts on the first whole simulated second at least 100 ms
-	// of real time from now, which leaves time to set the fleet up.
-	t0 := clock.Now().Add(time.Duration(float64(100*time.Millisecond) * cfg.Speed)).Truncate(time.Second).Add(time.Second)
-	partner, err := NewPartner(clock, t0, PartnerConfig{
+// partnerConfig is the partner cfg describes, counting tail seconds past
+// the run.
+func partnerConfig(cfg Config) PartnerConfig {
+	return PartnerConfig{
 		Schedule:     cfg.Schedule(),
 		Seconds:      cfg.Seconds() + tailSeconds,
 		RejectStatus: cfg.RejectStatus,
 		RetryAfter:   cfg.RetryAfter,
 		Latency:      cfg.Latency,
 		Slowdown:     cfg.Slowdown,
-	})
-	if err != nil {
-		return nil, err
 	}
-	srv, err := Serve(partner)
-	if err != nil {
-		return nil, err
-	}
-	defer srv.Close()
-	// One connection pool for the fleet, bounded so that a burst of retries
-	// on a busy machine cannot open thousands of connections and run out of
-	// file descriptors. A request holds its connection while the partner
-	// serves it (Latency and Slowdown, in simulated time), so the bound is
-	// also the most calls the partner serves at once; beyond it requests
-	// wait for a connection in real time.
-	transport := &http.Transport{
-		MaxConnsPerHost:     maxConns,
-		MaxIdleConnsPerHost: maxConns,
-		IdleConnTimeout:     time.Minute,
-		DisableCompression:  true,
-	}
-	defer transport.CloseIdleConnections()
+}
 
-	rn := &run{
-		cfg:      cfg,
-		clock:    clock,
-		strategy: strategy,
-		client:   &http.Client{Transport: transport},
-		url:      srv.URL,
-		t0:       t0,
-		envSeed:  cfg.Seed,
-	}
-	for i := 0; i < cfg.Envs; i++ {
+// startFleet adds the environments the run starts with.
+func (rn *run) startFleet() error {
+	for i := 0; i < rn.cfg.Envs; i++ {
 		e, err := rn.newEnv()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		rn.free = append(rn.free, e)
+		rn.free.push(e)
 	}
-	if err := clock.SleepUntil(ctx, t0); err != nil {
-		return nil, err
-	}
+	return nil
+}
 
-	driveStart := time.Now()
-	usage := rn.drive(ctx, r.Progress)
-	rn.wg.Wait()
-	driveWall := time.Since(driveStart)
-	if err := ctx.Err(); err != nil {
-		return nil, err
+// elapsed returns the simulated time since the epoch.
+func (rn *run) elapsed() time.Duration { return rn.clock.Now().Sub(rn.epoch) }
+
+// callTime returns when call k is due: t0 + k/Rate.
+func (rn *run) callTime(k int64) time.Time {
+	return rn.t0.Add(time.Duration(float64(k) / float64(rn.cfg.Rate) * float64(time.Second)))
+}
+
+// snapUsage records the stores' counters when the calls of the next phase
+// start.
+func (rn *run) snapUsage() {
+	rn.usage[rn.snapped], _ = rn.strategy.StoreUsage()
+	rn.snapped++
+}
+
+// startCall starts call k (the driver calls it in order, k from 0).
+func (rn *run) startCall(ctx context.Context, k int64) {
+	cfg := rn.cfg
+	rate := int64(cfg.Rate)
+	outageFrom := rate * int64(cfg.OutageStart/time.Second)
+	outageTo := outageFrom + rate*int64(cfg.OutageLength/time.Second)
+	if rn.snapped == 0 && k >= outageFrom || rn.snapped == 1 && k >= outageTo {
+		rn.snapUsage()
 	}
+	phase := phaseBefore
+	switch {
+	case k >= outageTo:
+		phase = phaseAfter
+	case k >= outageFrom:
+		phase = phaseOutage
+	}
+	var e *env
+	if cfg.OneAtATime() {
+		if e = rn.acquire(); e == nil {
+			rn.tally.outcomes[phase][FailedThrottled].Add(1)
+			return
+		}
+	} else {
+		e = rn.envs[rn.pick.IntN(len(rn.envs))]
+	}
+	rn.wg.Add(1)
+	rn.busy(+1) // until the call sends its first attempt or ends
+	due := rn.callTime(k)
+	rn.goCall(func() { rn.call(ctx, e, phase, due) })
+}
+
+// finishUsage takes the stores' counters at the end of the run, after
+// every environment flushed.
+func (rn *run) finishUsage() (hasStore bool) {
+	for rn.snapped < 2 {
+		rn.snapUsage()
+	}
+	rn.usage[2], hasStore = rn.strategy.StoreUsage()
+	return hasStore
+}
+
+// call runs one call scheduled at due (simulated time) in environment e.
+func (rn *run) call(ctx context.Context, e *env, phase int, due time.Time) {
+	defer rn.wg.Done()
+	e.lastCall.Store(int64(rn.elapsed()))
+	if rn.cfg.OneAtATime() {
+		defer rn.release(e)
+	}
+	var sent atomic.Int32
+	send := func(ctx context.Context, n int) (*http.Response, error) {
+		at := due // a first attempt is due when its call was scheduled
+		if sent.Add(1) == 1 {
+			rn.busy(-1)
+			rn.tally.firstSent[phase].Add(1)
+		} else {
+			at = rn.clock.Now() // a retry when its backoff ended
+		}
+		rn.tally.attempts.Add(1)
+		return rn.attempt(ctx, n, at)
+	}
+	out, _ := e.caller.Call(ctx, send)
+	if sent.Load() == 0 {
+		rn.busy(-1)
+	}
+	if out >= numOutcomes {
+		out = FailedOther
+	}
+	rn.tally.outcomes[phase][out].Add(1)
+	if out == FailedBreaker && sent.Load() == 0 {
+		rn.tally.blockedFirst[phase].Add(1)
+	}
+}
+
+// finish assembles the result once every call ended: it flushes what the
+// environments hold (a store fault there is reported, it does not void
+// the run), reads the counters and judges whether the machine kept up.
+// stats are the clock's; the run started at wallStart and its calls took
+// driveWall, both real time.
+func (rn *run) finish(ctx context.Context, info StrategyInfo, stats ClockStats, wallStart time.Time, driveWall time.Duration) (*Result, error) {
 	if err := rn.newErr; err != nil {
 		return nil, err
 	}
-	// Flush what the environments hold (a store fault here is reported, it
-	// does not void the run).
-	closeErr := strategy.Close(ctx)
-	final, hasStore := strategy.StoreUsage()
-	usage[2] = final
-	simEnd := clock.Now()
-	res := rn.result(info, partner.Seconds(), usage, hasStore)
+	closeErr := rn.strategy.Close(ctx)
+	hasStore := rn.finishUsage()
+	res := rn.result(info, hasStore)
 	if closeErr != nil {
 		res.FlushError = closeErr.Error()
 	}
+	simEnd := rn.clock.Now()
 	res.Wall = Duration(time.Since(wallStart))
-	res.SimulatedTail = Duration(simEnd.Sub(t0.Add(cfg.Duration)))
-	res.Clock = clock.Stats()
-	res.Clock.EffectiveSpeed = simEnd.Sub(t0).Seconds() / driveWall.Seconds()
+	res.SimulatedTail = Duration(simEnd.Sub(rn.t0.Add(rn.cfg.Duration)))
+	res.Clock = stats
+	res.Clock.EffectiveSpeed = simEnd.Sub(rn.t0).Seconds() / driveWall.Seconds()
+	res.KeepUp = judgeKeepUp(rn.cfg, res)
 	return res, nil
+}
+
+// envPool holds idle environments.
+type envPool struct{ items []*env }
+
+func (q *envPool) len() int { return len(q.items) }
+
+func (q *envPool) push(e *env) { q.items = append(q.items, e) }
+
+// take removes and returns the idle environment at i.
+func (q *envPool) take(i int) *env {
+	n := len(q.items) - 1
+	e := q.items[i]
+	q.items[i] = q.items[n]
+	q.items[n] = nil
+	q.items = q.items[:n]
+	return e
+}
+
+// last removes and returns the environment that became idle last.
+func (q *envPool) last() *env { return q.take(len(q.items) - 1) }
+
+// scaleBucket is Lambda's scaling limit: rate new environments per
+// simulated second, at most burst at once, refilled continuously.
+type scaleBucket struct {
+	rate, burst float64 // rate 0: unlimited
+	tokens      float64
+	last        time.Time
+}
+
+// take reports whether a new environment may join at now.
+func (b *scaleBucket) take(now time.Time) bool {
+	if b.rate <= 0 {
+		return true
+	}
+	if !b.last.IsZero() {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 // newEnv adds an execution environment to the fleet.
@@ -210,9 +308,10 @@ func (rn *run) newEnv() (*env, error) {
 	src := rand.New(rand.NewPCG(rn.envSeed, uint64(id)+1))
 	var srcMu sync.Mutex
 	caller, err := rn.strategy.NewEnv(EnvSpec{
-		ID:    id,
-		Name:  "env-" + strconv.Itoa(id),
-		Clock: rn.clock,
+		ID:            id,
+		Name:          envName(id),
+		Clock:         rn.clock,
+		FlushEachCall: rn.cfg.Fleet == FleetLambda,
 		Rand: func() float64 {
 			srcMu.Lock()
 			defer srcMu.Unlock()
@@ -220,7 +319,7 @@ func (rn *run) newEnv() (*env, error) {
 		},
 		BreakerOpen: func() {
 			if e.firstOpen.Load() == 0 {
-				e.firstOpen.CompareAndSwap(0, int64(rn.clock.Elapsed())+1)
+				e.firstOpen.CompareAndSwap(0, int64(rn.elapsed())+1)
 			}
 		},
 	})
@@ -234,17 +333,27 @@ func (rn *run) newEnv() (*env, error) {
 	return e, nil
 }
 
-// acquire returns an idle environment (ScaleOut), starting a new one when
-// none is idle and the cap allows; nil means the call is throttled.
+// envName names environment id as the breaker's default names one: "env-"
+// and 16 hex digits, so that the fleet window items, which list their
+// reporters, have the size they have in production.
+func envName(id int) string { return fmt.Sprintf("env-%016x", id) }
+
+// acquire returns an idle environment (OneAtATime), starting a new one
+// when none is idle and ScaleOut, the cap and the scaling rate allow; nil
+// means the call is throttled.
 func (rn *run) acquire() *env {
 	rn.mu.Lock()
-	if n := len(rn.free); n > 0 {
-		e := rn.free[n-1]
-		rn.free = rn.free[:n-1]
+	if rn.free.len() > 0 {
+		var e *env
+		if rn.cfg.Fleet == FleetLambda {
+			e = rn.free.take(rn.pick.IntN(rn.free.len()))
+		} else {
+			e = rn.free.last()
+		}
 		rn.mu.Unlock()
 		return e
 	}
-	full := len(rn.envs) >= rn.cfg.MaxEnvs || rn.newErr != nil
+	full := !rn.cfg.ScaleOut || len(rn.envs) >= rn.cfg.MaxEnvs || rn.newErr != nil || !rn.scale.take(rn.clock.Now())
 	rn.mu.Unlock()
 	if full {
 		return nil
@@ -263,139 +372,6 @@ func (rn *run) acquire() *env {
 
 func (rn *run) release(e *env) {
 	rn.mu.Lock()
-	rn.free = append(rn.free, e)
+	rn.free.push(e)
 	rn.mu.Unlock()
-}
-
-// drive starts the new calls on schedule (call k at t0 + k/Rate) and
-// returns the shared stores' usage when the first call of the outage and
-// the first call after it are due (usage[2] is left for the caller).
-func (rn *run) drive(ctx context.Context, progress func(float64)) (usage [3]StoreUsage) {
-	cfg := rn.cfg
-	total := cfg.TotalCalls()
-	rate := int64(cfg.Rate)
-	outageFrom := rate * int64(cfg.OutageStart/time.Second)
-	outageTo := outageFrom + rate*int64(cfg.OutageLength/time.Second)
-	pick := rand.New(rand.NewPCG(cfg.Seed, 0))
-	snapped := 0
-	var lastProgress time.Time
-	tick := time.NewTicker(driverTick)
-	defer tick.Stop()
-	// Simulated time may run at most slack ahead of the next call to start:
-	// a driver that is not scheduled holds the clock back.
-	slack := max(20*time.Millisecond, time.Duration(4*float64(driverTick)*cfg.Speed))
-	callTime := func(k int64) time.Time {
-		return rn.t0.Add(time.Duration(float64(k) / float64(rate) * float64(time.Second)))
-	}
-	rn.clock.SetHorizon(callTime(0).Add(slack))
-	defer rn.clock.ClearHorizon()
-	for k := int64(0); k < total; {
-		el := rn.clock.Now().Sub(rn.t0)
-		due := min(total, int64(el.Seconds()*float64(rate))+1)
-		for ; k < due; k++ {
-			if snapped == 0 && k >= outageFrom || snapped == 1 && k >= outageTo {
-				usage[snapped], _ = rn.strategy.StoreUsage()
-				snapped++
-			}
-			phase := phaseBefore
-			switch {
-			case k >= outageTo:
-				phase = phaseAfter
-			case k >= outageFrom:
-				phase = phaseOutage
-			}
-			var e *env
-			if cfg.ScaleOut {
-				if e = rn.acquire(); e == nil {
-					rn.tally.outcomes[phase][FailedThrottled].Add(1)
-					continue
-				}
-			} else {
-				e = rn.envs[pick.IntN(len(rn.envs))]
-			}
-			rn.wg.Add(1)
-			rn.clock.Busy(+1) // until the call sends its first attempt or ends
-			go rn.call(ctx, e, phase)
-		}
-		rn.clock.SetHorizon(callTime(k).Add(slack))
-		if progress != nil && time.Since(lastProgress) > 100*time.Millisecond {
-			lastProgress = time.Now()
-			progress(float64(k) / float64(total))
-		}
-		select {
-		case <-ctx.Done():
-			return usage
-		case <-tick.C:
-		}
-	}
-	for ; snapped < 2; snapped++ {
-		usage[snapped], _ = rn.strategy.StoreUsage()
-	}
-	if progress != nil {
-		progress(1)
-	}
-	return usage
-}
-
-func (rn *run) call(ctx context.Context, e *env, phase int) {
-	defer rn.wg.Done()
-	e.lastCall.Store(int64(rn.clock.Elapsed()))
-	if rn.cfg.ScaleOut {
-		defer rn.release(e)
-	}
-	var sent atomic.Int32
-	send := func(ctx context.Context, n int) (*http.Response, error) {
-		if sent.Add(1) == 1 {
-			rn.clock.Busy(-1)
-		}
-		rn.tally.attempts.Add(1)
-		return rn.send(ctx, n)
-	}
-	out, _ := e.caller.Call(ctx, send)
-	if sent.Load() == 0 {
-		rn.clock.Busy(-1)
-	}
-	if out >= numOutcomes {
-		out = FailedOther
-	}
-	rn.tally.outcomes[phase][out].Add(1)
-	if out == FailedBreaker && sent.Load() == 0 {
-		rn.tally.blockedFirst[phase].Add(1)
-	}
-}
-
-// send makes one HTTP attempt and returns the response with its body read
-// and closed, so the connection goes back to the pool.
-//
-// From the moment it has a connection until the partner admits it, and
-// from the partner's answer until Do returns, the attempt is work in
-// transit for the clock's backpressure. Waiting for a free connection is
-// not: the requests holding the connections may be in service, sleeping on
-// the clock, and counting the waiters would stop the clock for good.
-func (rn *run) send(ctx context.Context, n int) (*http.Response, error) {
-	var counted atomic.Bool
-	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
-		if counted.CompareAndSwap(false, true) {
-			rn.clock.Busy(+1)
-		}
-	}}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, rn.url, nil)
-	if err != nil {
-		return nil, err
-	}
-	if n >= 0 && n < len(attemptValues) {
-		req.Header[AttemptHeader] = []string{attemptValues[n]}
-	} else {
-		req.Header.Set(AttemptHeader, strconv.Itoa(n))
-	}
-	resp, err := rn.client.Do(req)
-	if counted.Load() {
-		rn.clock.Busy(-1)
-	}
-	if err != nil {
-		return nil, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp, nil
 }

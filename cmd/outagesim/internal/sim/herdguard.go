@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
@@ -34,7 +35,9 @@ import (
 type herdguardStrategy struct {
 	cfg    Config
 	layers func(spec EnvSpec) ([]budget.Budget, *breaker.Breaker, error)
-	usage  func() StoreUsage // nil without shared stores
+	usage  func() StoreUsage  // nil without shared stores
+	ratio  *RatioUse          // the global budget's requests and grants; nil without one
+	meter  func() CapacityUse // nil when the stores are not metered
 
 	mu    sync.Mutex                        // guards flush
 	flush []func(ctx context.Context) error // every environment's Executor.Flush
@@ -62,8 +65,22 @@ func (s *herdguardStrategy) NewEnv(spec EnvSpec) (Caller, error) {
 	s.mu.Lock()
 	s.flush = append(s.flush, ex.Flush)
 	s.mu.Unlock()
-	return &herdguardCaller{ex: ex, clock: spec.Clock, breakerOpen: spec.BreakerOpen}, nil
+	return &herdguardCaller{ex: ex, clock: spec.Clock, breakerOpen: spec.BreakerOpen, flush: spec.FlushEachCall}, nil
 }
+
+// CapacityUse returns what the capacity model billed the shared stores;
+// nil when they are not metered.
+func (s *herdguardStrategy) CapacityUse() *CapacityUse {
+	if s.meter == nil {
+		return nil
+	}
+	u := s.meter()
+	return &u
+}
+
+// GlobalRatioUse returns the global budget's requests and grants per
+// window; nil when the strategy has no global budget.
+func (s *herdguardStrategy) GlobalRatioUse() *RatioUse { return s.ratio }
 
 func (s *herdguardStrategy) StoreUsage() (StoreUsage, bool) {
 	if s.usage == nil {
@@ -92,6 +109,7 @@ type herdguardCaller struct {
 	ex          *retry.Executor
 	clock       TimeSource
 	breakerOpen func()
+	flush       bool // after every call (EnvSpec.FlushEachCall)
 }
 
 func (c *herdguardCaller) Call(ctx context.Context, send Send) (Outcome, error) {
@@ -105,6 +123,10 @@ func (c *herdguardCaller) Call(ctx context.Context, send Send) (Outcome, error) 
 		}
 		return retry.NewStatusError(resp, c.clock.Now())
 	})
+	if c.flush {
+		// A store fault is counted by the stores; the call's outcome stands.
+		_ = c.ex.Flush(ctx)
+	}
 	return classifyHerdguard(ctx, err, c.breakerOpen)
 }
 
@@ -183,7 +205,7 @@ func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy,
 	if d.Backend == nil {
 		return nil, errors.New("no shared-store backend")
 	}
-	stores, err := d.Backend.Stores(ctx)
+	stores, err := d.Backend.Stores(ctx, d.Clock.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +216,7 @@ func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy,
 		Floor:        c.GlobalFloor,
 		Shards:       c.GlobalShards,
 		LeaseSize:    c.LeaseSize,
-		FailClosed:   c.FailClosed,
+		FailOpen:     !c.FailClosed, // the simulator keeps its -fail-closed flag and fail-open default
 		StoreTimeout: c.StoreTimeout,
 		Now:          d.Clock.Now, // Flush reads it: simulated time
 	}
@@ -203,7 +225,8 @@ func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy,
 		return nil, fmt.Errorf("global budget: %w", err)
 	}
 	bset := breakerSettings(c)
-	return &herdguardStrategy{cfg: c, usage: stores.Usage,
+	use := newRatioUse(gcfg)
+	return &herdguardStrategy{cfg: c, usage: stores.Usage, ratio: use, meter: stores.Capacity,
 		layers: func(spec EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
 			cfg := gcfg
 			cfg.Rand = spec.Rand
@@ -211,7 +234,7 @@ func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy,
 			if err != nil {
 				return nil, nil, err
 			}
-			budgets := []budget.Budget{g}
+			budgets := []budget.Budget{countedGlobal{g, use}}
 			if c.LocalUnder {
 				l, err := local.NewRatio(lcfg)
 				if err != nil {
@@ -243,6 +266,10 @@ func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy,
 // breakerCacheTTL is how stale an environment's view of the shared breaker
 // may be (the simulator leaves Settings.CacheTTL at its default).
 const breakerCacheTTL = breaker.DefaultCacheTTL
+
+// breakerWindow is the window the breaker's failure ratio is counted over
+// (the simulator leaves Settings.Window at its default).
+func breakerWindow(Config) time.Duration { return breaker.DefaultWindow }
 
 // breakerSettings maps the flags onto breaker.Settings; zero keeps the
 // library's defaults.

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -42,12 +43,17 @@ func buildStrategy(t *testing.T, key string, mut func(*Config)) *testEnvs {
 
 // env adds an environment and returns its Caller; its breaker-open count
 // is in opens[id].
-func (e *testEnvs) env() Caller {
+func (e *testEnvs) env() Caller { return e.envFlushing(false) }
+
+// envFlushing is env, flushing after every call when flush is set.
+func (e *testEnvs) envFlushing(flush bool) Caller {
 	e.t.Helper()
 	var opened atomic.Int32
 	c, err := e.st.NewEnv(EnvSpec{
-		ID: e.n, Name: "env-" + string(rune('a'+e.n)), Clock: e.clock,
-		Rand: func() float64 { return 0.5 }, BreakerOpen: func() { opened.Add(1) },
+		ID: e.n, Name: "env-" + string(rune('a'+e.n)), Clock: e.clock, FlushEachCall: flush,
+		// A seeded source, not a constant: the breaker also draws its fleet
+		// samples from it.
+		Rand: rand.New(rand.NewPCG(uint64(e.n), 5)).Float64, BreakerOpen: func() { opened.Add(1) },
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -147,6 +153,30 @@ func TestGlobalStrategyIsShared(t *testing.T) {
 	}
 	if u, _ := e.st.StoreUsage(); u != before {
 		t.Errorf("healthy calls used the store: %+v -> %+v", before, u)
+	}
+}
+
+// An environment of the Lambda-shaped fleet flushes after every call, as a
+// handler does before it returns: once it has asked the global budget for
+// a retry in the window, its requests are reported as soon as they earn a
+// whole retry, instead of waiting for its next retry.
+func TestFlushEachCall(t *testing.T) {
+	writes := func(flush bool) int64 {
+		e := buildStrategy(t, "global", nil)
+		c := e.envFlushing(flush)
+		call(t, c, 503, 200) // asks the global budget: one write; the environment is engaged
+		for range 10 {       // 10 requests at 10%: one retry's worth
+			call(t, c, 200)
+		}
+		// Past the environment's next contact (DepositInterval, 2.5 s ±
+		// 50%), a Flush deposits what the requests earned.
+		e.clock.Advance(4 * time.Second)
+		call(t, c, 200)
+		u, _ := e.st.StoreUsage()
+		return u.Writes
+	}
+	if with, without := writes(true), writes(false); with != without+1 || without != 1 {
+		t.Errorf("store writes: %d flushing after every call, %d without; want 2 and 1", with, without)
 	}
 }
 

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +14,22 @@ import (
 // first attempt). The partner uses it to count first attempts apart from
 // retries; it plays no part in admission.
 const AttemptHeader = "X-Outagesim-Attempt"
+
+// DueHeader is the request header carrying the simulated time (nanoseconds
+// since the clock's epoch) at which the attempt was due: a first attempt's
+// scheduled start, a retry's end of backoff. The partner measures how late
+// attempts arrive (Lag), which tells whether the machine kept up.
+const DueHeader = "X-Outagesim-Due"
+
+// SlotLength is the resolution of the partner's fine-grained counters
+// (Slots): the failure ratio the fleet saw over a breaker window is
+// computed from them.
+const SlotLength = 100 * time.Millisecond
+
+// LateAfter is the lag past which an arrival counts as late: a tenth of the
+// partner's capacity second. A run whose attempts arrive that late is not
+// the scenario that was asked for.
+const LateAfter = 100 * time.Millisecond
 
 // Schedule is the partner's capacity over time: Normal calls per simulated
 // second, dropping to Outage calls per second for the seconds in
@@ -92,6 +109,37 @@ type secondCounters struct {
 	firstAttempts atomic.Int64
 }
 
+// Slot is what the partner saw in one SlotLength of simulated time.
+type Slot struct {
+	Arrivals int64
+	Rejected int64
+}
+
+type slotCounters struct {
+	arrivals atomic.Int64
+	rejected atomic.Int64
+}
+
+// Lag tells how late attempts reached the partner after they were due
+// (DueHeader), in simulated time: by the machine's delays, not by the
+// scenario. First attempts and retries are counted apart.
+type Lag struct {
+	// Measured counts arrivals that carried their due time.
+	Measured      int64 `json:"measured"`
+	FirstMeasured int64 `json:"first_attempts_measured"`
+	// Late counts those that arrived more than LateAfter after they were
+	// due; LateFirst the first attempts among them.
+	Late      int64 `json:"late"`
+	LateFirst int64 `json:"late_first_attempts"`
+	// Max is the largest lag seen, Mean the mean.
+	Max  Duration `json:"max_seconds"`
+	Mean Duration `json:"mean_seconds"`
+}
+
+type lagCounters struct {
+	measured, firstMeasured, late, lateFirst, max, sum atomic.Int64
+}
+
 // Partner is the overloaded partner API: a net/http handler that serves at
 // most Schedule.Capacity(s) calls in simulated second s and rejects the
 // rest with RejectStatus and Retry-After.
@@ -101,13 +149,29 @@ type secondCounters struct {
 // serves min(arrivals, capacity) calls however many arrive concurrently.
 type Partner struct {
 	cfg     PartnerConfig
-	clock   *Clock
-	start   time.Time // simulated time of second 0
+	clock   TimeSource
+	epoch   time.Time         // the clock's epoch: DueHeader counts from it
+	busy    func(delta int64) // the HTTP clock's backpressure (Clock.Busy); nil in process
+	start   time.Time         // simulated time of second 0
 	seconds []secondCounters
+	slots   []slotCounters // SlotLength each, over the same span as seconds
+	lag     lagCounters
 }
 
-// NewPartner returns a partner whose second 0 starts at start on clock.
+// NewPartner returns a partner whose second 0 starts at start on clock,
+// to serve over HTTP (ServeHTTP).
 func NewPartner(clock *Clock, start time.Time, cfg PartnerConfig) (*Partner, error) {
+	p, err := NewInprocPartner(clock, start, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.epoch, p.busy = clock.Epoch(), clock.Busy
+	return p, nil
+}
+
+// NewInprocPartner returns a partner whose second 0 starts at start on
+// clock, to call in process (Answer).
+func NewInprocPartner(clock TimeSource, start time.Time, cfg PartnerConfig) (*Partner, error) {
 	if err := cfg.Schedule.Validate(); err != nil {
 		return nil, fmt.Errorf("sim: partner: %w", err)
 	}
@@ -123,7 +187,8 @@ func NewPartner(clock *Clock, start time.Time, cfg PartnerConfig) (*Partner, err
 	case cfg.Slowdown < 0:
 		return nil, fmt.Errorf("sim: partner: Slowdown %v is negative", cfg.Slowdown)
 	}
-	return &Partner{cfg: cfg, clock: clock, start: start, seconds: make([]secondCounters, cfg.Seconds)}, nil
+	return &Partner{cfg: cfg, clock: clock, epoch: start, start: start, seconds: make([]secondCounters, cfg.Seconds),
+		slots: make([]slotCounters, cfg.Seconds*int(time.Second/SlotLength))}, nil
 }
 
 // Decision is the partner's answer to one arrival.
@@ -144,6 +209,11 @@ func (p *Partner) Admit(now time.Time, first bool) Decision {
 	}
 	capacity := int64(p.cfg.Schedule.Capacity(sec))
 	d := Decision{Second: sec, Served: n <= capacity, Latency: p.cfg.Latency}
+	slot := &p.slots[p.slotOf(now)]
+	slot.arrivals.Add(1)
+	if !d.Served {
+		slot.rejected.Add(1)
+	}
 	if p.cfg.Slowdown > 0 && n > capacity {
 		over := 10.0
 		if capacity > 0 {
@@ -162,6 +232,55 @@ func (p *Partner) secondOf(now time.Time) int {
 	return min(int(el/time.Second), len(p.seconds)-1)
 }
 
+func (p *Partner) slotOf(now time.Time) int {
+	el := now.Sub(p.start)
+	if el < 0 {
+		return 0
+	}
+	return min(int(el/SlotLength), len(p.slots)-1)
+}
+
+// RecordLag counts an arrival at now of an attempt that was due at due.
+func (p *Partner) RecordLag(now, due time.Time, first bool) {
+	lag := now.Sub(due)
+	p.lag.measured.Add(1)
+	p.lag.sum.Add(int64(lag))
+	if first {
+		p.lag.firstMeasured.Add(1)
+	}
+	if lag > LateAfter {
+		p.lag.late.Add(1)
+		if first {
+			p.lag.lateFirst.Add(1)
+		}
+	}
+	for {
+		m := p.lag.max.Load()
+		if int64(lag) <= m || p.lag.max.CompareAndSwap(m, int64(lag)) {
+			return
+		}
+	}
+}
+
+// Lag returns the lag counters so far.
+func (p *Partner) Lag() Lag {
+	return Lag{
+		Measured: p.lag.measured.Load(), FirstMeasured: p.lag.firstMeasured.Load(),
+		Late: p.lag.late.Load(), LateFirst: p.lag.lateFirst.Load(),
+		Max: Duration(p.lag.max.Load()), Mean: Duration(p.lag.sum.Load() / max(p.lag.measured.Load(), 1)),
+	}
+}
+
+// Slots returns a snapshot of the SlotLength counters, from the start of
+// second 0.
+func (p *Partner) Slots() []Slot {
+	out := make([]Slot, len(p.slots))
+	for i := range p.slots {
+		out[i] = Slot{Arrivals: p.slots[i].arrivals.Load(), Rejected: p.slots[i].rejected.Load()}
+	}
+	return out
+}
+
 // Seconds returns a snapshot of the per-second counters.
 func (p *Partner) Seconds() []Second {
 	out := make([]Second, len(p.seconds))
@@ -176,6 +295,42 @@ func (p *Partner) Seconds() []Second {
 	return out
 }
 
+// Answer is one attempt reaching the partner in process: it admits it
+// (first tells whether it is a first attempt, due when it was due), waits
+// its simulated latency and returns the partner's answer, with no body. It
+// returns ctx's error if ctx ends during the wait.
+func (p *Partner) Answer(ctx context.Context, first bool, due time.Time) (*http.Response, error) {
+	status, h, err := p.answer(ctx, first, due, true)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Response{StatusCode: status, Status: strconv.Itoa(status) + " " + http.StatusText(status),
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Body: http.NoBody}, nil
+}
+
+func (p *Partner) answer(ctx context.Context, first bool, due time.Time, hasDue bool) (int, http.Header, error) {
+	now := p.clock.Now()
+	d := p.Admit(now, first)
+	if hasDue {
+		p.RecordLag(now, due, first)
+	}
+	if d.Latency > 0 {
+		if err := p.clock.Sleep(ctx, d.Latency); err != nil {
+			return 0, nil, err // the client went away
+		}
+	}
+	h := http.Header{}
+	if d.Served {
+		return http.StatusOK, h, nil
+	}
+	if ra := p.cfg.RetryAfter; ra > 0 {
+		secs := int64((ra + time.Second - 1) / time.Second)
+		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+		h.Set("X-Amz-Retry-After", strconv.FormatInt(ra.Milliseconds(), 10))
+	}
+	return p.cfg.RejectStatus, h, nil
+}
+
 // ServeHTTP admits the call, waits its simulated latency and answers 200,
 // or RejectStatus with Retry-After.
 //
@@ -183,25 +338,26 @@ func (p *Partner) Seconds() []Second {
 // call is in service, which takes simulated time, not in transit, which
 // the clock's backpressure counts (see Clock.Busy).
 func (p *Partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p.clock.Busy(-1)
-	defer p.clock.Busy(+1)
-	first := r.Header.Get(AttemptHeader) == "1"
-	d := p.Admit(p.clock.Now(), first)
-	if d.Latency > 0 {
-		if err := p.clock.Sleep(r.Context(), d.Latency); err != nil {
-			return // the client went away
-		}
+	if p.busy != nil {
+		p.busy(-1)
+		defer p.busy(+1)
 	}
-	if d.Served {
-		w.WriteHeader(http.StatusOK)
+	first := r.Header.Get(AttemptHeader) == "1"
+	var due time.Time
+	v := r.Header.Get(DueHeader)
+	ns, perr := strconv.ParseInt(v, 10, 64)
+	hasDue := v != "" && perr == nil
+	if hasDue {
+		due = p.epoch.Add(time.Duration(ns))
+	}
+	status, h, err := p.answer(r.Context(), first, due, hasDue)
+	if err != nil {
 		return
 	}
-	if ra := p.cfg.RetryAfter; ra > 0 {
-		secs := int64((ra + time.Second - 1) / time.Second)
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-		w.Header().Set("X-Amz-Retry-After", strconv.FormatInt(ra.Milliseconds(), 10))
+	for k, vs := range h {
+		w.Header()[k] = vs
 	}
-	w.WriteHeader(p.cfg.RejectStatus)
+	w.WriteHeader(status)
 }
 
 // Server is a Partner listening on loopback.

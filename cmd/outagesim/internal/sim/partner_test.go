@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -227,5 +228,64 @@ func TestNewPartnerValidates(t *testing.T) {
 	}
 	if _, err := NewPartner(clock, testStart, ok); err != nil {
 		t.Error(err)
+	}
+}
+
+// In process, the partner answers as it does over HTTP: the status, the
+// Retry-After headers, and its latency slept on the clock.
+func TestPartnerAnswerInProcess(t *testing.T) {
+	clock := newManualClock()
+	p, err := NewInprocPartner(clock, testStart, PartnerConfig{
+		Schedule: Schedule{Normal: 1, Outage: 1, OutageStart: 0, OutageLength: time.Second},
+		Seconds:  1, RejectStatus: 429, RetryAfter: 1500 * time.Millisecond, Latency: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, err := p.Answer(context.Background(), true, testStart)
+	if err != nil || ok.StatusCode != 200 || ok.Header.Get("Retry-After") != "" {
+		t.Fatalf("first call: %+v, %v; want 200", ok, err)
+	}
+	rejected, err := p.Answer(context.Background(), false, testStart)
+	if err != nil || rejected.StatusCode != 429 || rejected.Header.Get("Retry-After") != "2" || rejected.Header.Get("X-Amz-Retry-After") != "1500" {
+		t.Fatalf("second call: %+v, %v; want 429 with Retry-After 2 and X-Amz-Retry-After 1500", rejected, err)
+	}
+	if got := clock.Slept(); len(got) != 2 || got[0] != 20*time.Millisecond || got[1] != 20*time.Millisecond {
+		t.Errorf("slept %v, want the latency twice", got)
+	}
+	// The second call arrived 20 ms after it was due (the first's latency).
+	if lag := p.Lag(); lag.Measured != 2 || lag.FirstMeasured != 1 || lag.Late != 0 || time.Duration(lag.Max) != 20*time.Millisecond {
+		t.Errorf("lag %+v, want 2 measured, 1 first, none late, max 20ms", lag)
+	}
+	if _, err := p.Answer(canceled(), true, testStart); err == nil {
+		t.Error("a canceled call was answered")
+	}
+}
+
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// The partner counts arrivals and rejections per SlotLength, and how late
+// attempts arrive after the due time their header carries.
+func TestPartnerSlotsAndLag(t *testing.T) {
+	p := newTestPartner(t, PartnerConfig{Schedule: Schedule{Normal: 2, Outage: 2, OutageStart: 0, OutageLength: time.Second}, Seconds: 2, RejectStatus: 503})
+	for i, at := range []time.Duration{0, 50 * time.Millisecond, 150 * time.Millisecond, 1050 * time.Millisecond} {
+		p.Admit(testStart.Add(at), i == 0)
+		p.RecordLag(testStart.Add(at), testStart.Add(at-time.Duration(i)*60*time.Millisecond), i == 0)
+	}
+	slots := p.Slots()
+	if len(slots) != 20 {
+		t.Fatalf("%d slots for 2 s, want 20", len(slots))
+	}
+	// Second 0: arrivals 1 and 2 served, arrival 3 (at 150 ms) rejected.
+	if slots[0] != (Slot{Arrivals: 2}) || slots[1] != (Slot{Arrivals: 1, Rejected: 1}) || slots[10] != (Slot{Arrivals: 1}) {
+		t.Errorf("slots %v", slots)
+	}
+	// Lags 0, 60, 120 and 180 ms: two over LateAfter, none of them first.
+	if lag := p.Lag(); lag.Measured != 4 || lag.FirstMeasured != 1 || lag.Late != 2 || lag.LateFirst != 0 || time.Duration(lag.Max) != 180*time.Millisecond {
+		t.Errorf("lag %+v", lag)
 	}
 }

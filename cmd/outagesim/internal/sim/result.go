@@ -101,6 +101,33 @@ type Result struct {
 	// BreakerOpenAll is the time from the start of the outage until the
 	// breaker was open in every active environment; nil unless it was.
 	BreakerOpenAll *Duration `json:"breaker_open_all_after,omitempty"`
+	// BreakerFirstOpenFailureRatio is the true failure ratio the fleet had
+	// seen when the breaker first opened anywhere: attempts the partner
+	// rejected ÷ attempts that reached it, over the breaker's window
+	// (BreakerWindow) before that moment. Nil if the breaker never opened.
+	BreakerFirstOpenFailureRatio *float64 `json:"breaker_first_open_failure_ratio,omitempty"`
+	// BreakerFirstOpenFailureRatio1s is the same over the last second.
+	BreakerFirstOpenFailureRatio1s *float64 `json:"breaker_first_open_failure_ratio_last_second,omitempty"`
+	BreakerWindow                  Duration `json:"breaker_window_seconds,omitempty"`
+
+	// GlobalRatio is what the global budget granted, and its bound, over
+	// the budget windows that overlap the outage (strategies with a global
+	// budget only).
+	GlobalRatio *RatioBound `json:"global_ratio_in_outage,omitempty"`
+
+	// StoreReadsPerCall and StoreWritesPerCall are the shared stores'
+	// requests per new call over the whole run (strategies with shared
+	// stores only; the phases break them down).
+	StoreReadsPerCall  *float64 `json:"store_reads_per_call,omitempty"`
+	StoreWritesPerCall *float64 `json:"store_writes_per_call,omitempty"`
+
+	// Capacity is what DynamoDB's capacity model billed and throttled on
+	// the shared stores; nil when the stores are not metered.
+	Capacity *CapacityUse `json:"capacity,omitempty"`
+
+	// KeepUp tells whether the machine kept up with the scenario: when it
+	// did not, the figures above are not those of the scenario asked for.
+	KeepUp KeepUp `json:"keep_up"`
 
 	// Seconds are the partner's per-second counters, from second 0 up to
 	// the end of Duration plus the seconds that saw retries after it.
@@ -118,9 +145,13 @@ type Result struct {
 	SimulatedTail Duration `json:"simulated_tail_seconds"`
 }
 
-func (rn *run) result(info StrategyInfo, secs []Second, usage [3]StoreUsage, hasStore bool) *Result {
+func (rn *run) result(info StrategyInfo, hasStore bool) *Result {
 	cfg := rn.cfg
+	partner, usage := rn.partner, rn.usage
+	secs := partner.Seconds()
 	res := &Result{Strategy: info.Key, Label: info.Label(cfg), HasBreaker: info.Breaker, AttemptsSent: rn.tally.attempts.Load()}
+	res.KeepUp.Lag = partner.Lag()
+	res.KeepUp.FirstAttemptsScheduledInOutage = rn.tally.firstSent[phaseOutage].Load()
 	sched := cfg.Schedule()
 	for i, s := range secs {
 		if sched.InOutage(i) {
@@ -167,12 +198,26 @@ func (rn *run) result(info StrategyInfo, secs []Second, usage [3]StoreUsage, has
 	if res.Outage.Calls > 0 {
 		res.LoadFactor = float64(res.AttemptsInOutage) / float64(res.Outage.Calls)
 	}
+	if hasStore {
+		calls := res.Before.Calls + res.Outage.Calls + res.After.Calls
+		r, w := perCall(float64(usage[2].Reads), calls), perCall(float64(usage[2].Writes), calls)
+		res.StoreReadsPerCall, res.StoreWritesPerCall = &r, &w
+	}
+	if c, ok := rn.strategy.(interface{ CapacityUse() *CapacityUse }); ok {
+		res.Capacity = c.CapacityUse()
+	}
+	if g, ok := rn.strategy.(interface{ GlobalRatioUse() *RatioUse }); ok {
+		if use := g.GlobalRatioUse(); use != nil {
+			b := use.Over(rn.t0.Add(cfg.OutageStart), rn.t0.Add(cfg.OutageStart+cfg.OutageLength))
+			res.GlobalRatio = &b
+		}
+	}
 
 	rn.mu.Lock()
 	envs := append([]*env(nil), rn.envs...)
 	rn.mu.Unlock()
 	res.Envs = len(envs)
-	outageStart := rn.t0.Add(cfg.OutageStart).Sub(rn.clock.Epoch())
+	outageStart := rn.t0.Add(cfg.OutageStart).Sub(rn.epoch)
 	first := time.Duration(-1)
 	for _, e := range envs {
 		if v := e.firstOpen.Load(); v > 0 {
@@ -185,6 +230,16 @@ func (rn *run) result(info StrategyInfo, secs []Second, usage [3]StoreUsage, has
 	if first >= 0 {
 		d := Duration(first - outageStart)
 		res.BreakerFirstOpen = &d
+		window := breakerWindow(cfg)
+		res.BreakerWindow = Duration(window)
+		at := first - rn.t0.Sub(rn.epoch) // since second 0
+		slots := partner.Slots()
+		if r, ok := failureRatio(slots, at-window, at); ok {
+			res.BreakerFirstOpenFailureRatio = &r
+		}
+		if r, ok := failureRatio(slots, at-time.Second, at); ok {
+			res.BreakerFirstOpenFailureRatio1s = &r
+		}
 		var latest time.Duration
 		all := true
 		for _, e := range envs {
@@ -201,7 +256,7 @@ func (rn *run) result(info StrategyInfo, secs []Second, usage [3]StoreUsage, has
 		if all {
 			d := Duration(latest - outageStart)
 			res.BreakerOpenAll = &d
-			from := int(math.Ceil((latest - rn.t0.Sub(rn.clock.Epoch())).Seconds()))
+			from := int(math.Ceil((latest - rn.t0.Sub(rn.epoch)).Seconds()))
 			var n int64
 			for i := max(from, 0); i < len(secs); i++ {
 				if sched.InOutage(i) {
@@ -214,11 +269,46 @@ func (rn *run) result(info StrategyInfo, secs []Second, usage [3]StoreUsage, has
 	return res
 }
 
+// failureRatio returns rejected ÷ arrivals over the slots in [from, to)
+// (times since second 0, rounded to whole slots); false without arrivals.
+func failureRatio(slots []Slot, from, to time.Duration) (float64, bool) {
+	var arrivals, rejected int64
+	for i := max(int(from/SlotLength), 0); i < min(int(to/SlotLength), len(slots)); i++ {
+		arrivals += slots[i].Arrivals
+		rejected += slots[i].Rejected
+	}
+	if arrivals == 0 {
+		return 0, false
+	}
+	return float64(rejected) / float64(arrivals), true
+}
+
 func perCall(n float64, calls int64) float64 {
 	if calls == 0 {
 		return 0
 	}
 	return n / float64(calls)
+}
+
+// CapacityUse is the shared stores' consumption as DynamoDB bills it.
+type CapacityUse struct {
+	// PeakItemWriteUnits and PeakItemReadUnits are the most write and
+	// read units one item consumed in one (simulated) second, and
+	// HottestWriteItem and HottestReadItem those items' keys.
+	PeakItemWriteUnits float64 `json:"peak_item_wcu_per_second"`
+	HottestWriteItem   string  `json:"hottest_write_item,omitempty"`
+	PeakItemReadUnits  float64 `json:"peak_item_rcu_per_second"`
+	HottestReadItem    string  `json:"hottest_read_item,omitempty"`
+	// Throttled counts store requests refused past the per-item limits;
+	// ThrottledWrites and ThrottledReads break it down.
+	Throttled       int64 `json:"throttled"`
+	ThrottledWrites int64 `json:"throttled_writes"`
+	ThrottledReads  int64 `json:"throttled_reads"`
+	// WriteUnits and ReadUnits are the units consumed over the run.
+	WriteUnits float64 `json:"write_units"`
+	ReadUnits  float64 `json:"read_units"`
+	// LargestItem is the largest item written, in bytes.
+	LargestItem int `json:"largest_item_bytes"`
 }
 
 // Report is the whole run, as printed by -json.
@@ -229,11 +319,14 @@ type Report struct {
 
 // ReportConfig is the configuration as JSON shows it.
 type ReportConfig struct {
+	Fleet           string   `json:"fleet"`
 	Envs            int      `json:"envs"`
 	Rate            int      `json:"rate"`
 	Duration        Duration `json:"duration_seconds"`
 	ScaleOut        bool     `json:"scale_out"`
 	MaxEnvs         int      `json:"max_envs,omitempty"`
+	ScaleRate       int      `json:"scale_rate,omitempty"`
+	Outage          string   `json:"outage,omitempty"`
 	Capacity        int      `json:"capacity"`
 	OutageCapacity  int      `json:"outage_capacity"`
 	OutageStart     Duration `json:"outage_start_seconds"`
@@ -248,7 +341,8 @@ type ReportConfig struct {
 	FailClosed      bool     `json:"fail_closed,omitempty"`       // -fail-closed
 	GlobalWithLocal bool     `json:"global_with_local,omitempty"` // -global-with-local
 	Seed            uint64   `json:"seed"`
-	Speed           float64  `json:"speed"`
+	Partner         string   `json:"partner"`
+	Speed           float64  `json:"speed,omitempty"`
 	Store           string   `json:"store"`
 	PriceRead       float64  `json:"price_read_per_million_units,omitempty"`
 	PriceWrite      float64  `json:"price_write_per_million_units,omitempty"`
@@ -261,18 +355,22 @@ func NewReport(c Config, results []*Result) Report {
 		store = "dynamodb " + c.DynamoEndpoint
 	}
 	rc := ReportConfig{
+		Fleet: c.Fleet, Outage: c.Outage,
 		Envs: c.Envs, Rate: c.Rate, Duration: Duration(c.Duration), ScaleOut: c.ScaleOut,
 		Capacity: c.Capacity, OutageCapacity: c.OutageCapacity,
 		OutageStart: Duration(c.OutageStart), OutageLength: Duration(c.OutageLength),
 		RejectStatus: c.RejectStatus, RetryAfter: Duration(c.RetryAfter), Latency: Duration(c.Latency),
 		Slowdown: Duration(c.Slowdown), Attempts: c.Attempts, Ratio: c.Ratio, Window: Duration(c.Window),
-		Seed: c.Seed, Speed: c.Speed, Store: store, FailClosed: c.FailClosed, GlobalWithLocal: c.LocalUnder,
+		Seed: c.Seed, Partner: c.Partner, Store: store, FailClosed: c.FailClosed, GlobalWithLocal: c.LocalUnder,
 	}
 	if c.ScaleOut {
-		rc.MaxEnvs = c.MaxEnvs
+		rc.MaxEnvs, rc.ScaleRate = c.MaxEnvs, c.ScaleRate
 	}
 	if c.DynamoEndpoint != "" {
 		rc.PriceRead, rc.PriceWrite = c.PriceRead, c.PriceWrite
+	}
+	if c.Partner == PartnerHTTP {
+		rc.Speed = c.Speed
 	}
 	return Report{Config: rc, Results: results}
 }

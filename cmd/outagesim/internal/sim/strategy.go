@@ -72,6 +72,10 @@ type EnvSpec struct {
 	// the run's seed and the environment's ID. It is safe for concurrent
 	// use.
 	Rand func() float64
+	// FlushEachCall makes the environment flush its pending counts to the
+	// shared stores after every call, as a Lambda handler does before it
+	// returns (-fleet lambda).
+	FlushEachCall bool
 	// BreakerOpen is called when this environment's breaker is seen open
 	// (a transition to open, or a call rejected by it). It is cheap and
 	// safe for concurrent use; the fleet keeps the first time.
@@ -148,6 +152,15 @@ func (s StrategyInfo) Build(ctx context.Context, d Deps) (Strategy, error) {
 }
 
 // Strategies returns every known strategy, in the order they run and show.
+//
+// Adding one takes an entry here and its Factory: for a retry.Executor
+// with other layers, a herdguardStrategy whose layers func builds them per
+// environment (over Deps.Backend's stores when Shared). It then appears in
+// -strategies, the tables, -json and the chart, in both engines; a
+// strategy with a circuit breaker (Breaker) gets the breaker columns by
+// calling EnvSpec.BreakerOpen, one with a global budget the grants-over-
+// bound column through GlobalRatioUse, one over metered stores the
+// capacity columns through CapacityUse.
 func Strategies() []StrategyInfo {
 	return []StrategyInfo{
 		{Key: "none", build: newNoBudget, label: func(c Config) string {

@@ -7,59 +7,83 @@ import (
 	"time"
 )
 
-// WriteTable prints the report as a table, one row per strategy, followed
-// by a legend.
+// WriteTable prints the report as tables, one row per strategy, followed
+// by a legend. A run the machine could not keep up with is marked "!" and
+// said so above and below the tables.
 func WriteTable(w io.Writer, r Report) error {
 	c := r.Config
-	fleet := fmt.Sprintf("%d environments", c.Envs)
-	if c.ScaleOut {
+	var fleet string
+	switch {
+	case c.Fleet == FleetLambda && c.ScaleOut:
+		fleet = fmt.Sprintf("Lambda-shaped fleet: %d environments at the start, one call at a time each, scaling out up to %d (%d/s)", c.Envs, c.MaxEnvs, c.ScaleRate)
+	case c.Fleet == FleetLambda:
+		fleet = fmt.Sprintf("Lambda-shaped fleet: %d environments, one call at a time each", c.Envs)
+	case c.ScaleOut:
 		fleet = fmt.Sprintf("%d environments at the start, Lambda-like scale-out up to %d", c.Envs, c.MaxEnvs)
+	default:
+		fleet = fmt.Sprintf("%d environments", c.Envs)
 	}
 	retryAfter := "no Retry-After"
 	if c.RetryAfter > 0 {
 		retryAfter = "Retry-After " + fmtDur(time.Duration(c.RetryAfter))
 	}
-	fmt.Fprintf(w, "outagesim: %s, %d new calls/s for %s; partner serves %d/s, %d/s from %s for %s (%d + %s); %d attempts, ratio %g over %s; seed %d; simulated time x%g; stores: %s\n\n",
-		fleet, c.Rate, fmtDur(time.Duration(c.Duration)), c.Capacity, c.OutageCapacity,
+	outage := ""
+	if c.Outage != "" {
+		outage = c.Outage + " outage: "
+	}
+	engine := fmt.Sprintf("HTTP partner on loopback, simulated time x%g", c.Speed)
+	if c.Partner == PartnerInproc {
+		engine = "partner in process, virtual time"
+	}
+	fmt.Fprintf(w, "outagesim: %s, %d new calls/s for %s; partner serves %d/s, %s%d/s from %s for %s (%d + %s); %d attempts, ratio %g over %s; seed %d; %s; stores: %s\n",
+		fleet, c.Rate, fmtDur(time.Duration(c.Duration)), c.Capacity, outage, c.OutageCapacity,
 		fmtDur(time.Duration(c.OutageStart)), fmtDur(time.Duration(c.OutageLength)), c.RejectStatus, retryAfter,
-		c.Attempts, c.Ratio, fmtDur(time.Duration(c.Window)), c.Seed, c.Speed, c.Store)
+		c.Attempts, c.Ratio, fmtDur(time.Duration(c.Window)), c.Seed, engine, c.Store)
+	behind := 0
+	for _, res := range r.Results {
+		if res.KeepUp.Behind() {
+			behind++
+		}
+	}
+	if behind > 0 {
+		fmt.Fprintf(w, "\n!!! THE MACHINE DID NOT KEEP UP with %d of %d runs (marked !): their figures are NOT those of this scenario; see below !!!\n", behind, len(r.Results))
+	}
+	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tload\tfailed\tblocked 1st\t1st in outage\topen everywhere\t1st in outage\tstore r/w per call\tstore r/w per call\tenvs\twall\t")
-	fmt.Fprintln(tw, "\tin outage\tfor good\tby breaker\tat partner\tafter\tafter open\thealthy\toutage\t\t\t")
+	fmt.Fprintln(tw, "strategy\tload\tfailed\tof them\t1st in outage\tretries ÷ bound\tenvs\twall\t\t")
+	fmt.Fprintln(tw, "\tin outage\tfor good\tthrottled\tat partner\tin outage\t\t\t\t")
 	for _, res := range r.Results {
-		openAll, blocked, afterOpen := "-", "-", "-"
-		if res.HasBreaker {
-			blocked = fmt.Sprint(res.Before.BreakerBlockedFirst + res.Outage.BreakerBlockedFirst + res.After.BreakerBlockedFirst)
-			if res.FirstAttemptsAfterOpen != nil {
-				afterOpen = fmt.Sprint(*res.FirstAttemptsAfterOpen)
-			}
-			switch {
-			case res.BreakerOpenAll != nil:
-				openAll = fmtDur(time.Duration(*res.BreakerOpenAll))
-			case res.BreakerOpenedIn > 0:
-				openAll = fmt.Sprintf("never (%d/%d)", res.BreakerOpenedIn, res.BreakerActive)
-			default:
-				openAll = "never opened"
-			}
+		throttled := res.Before.Failed.Throttled + res.Outage.Failed.Throttled + res.After.Failed.Throttled
+		ratio := "-"
+		if res.GlobalRatio != nil {
+			ratio = fmt.Sprintf("%.2f", res.GlobalRatio.GrantedOverBound)
 		}
-		storeH, storeO := "-", "-"
-		if res.Before.Store != nil {
-			storeH = fmt.Sprintf("%.3f / %.3f", res.Before.StoreReadsPerCall, res.Before.StoreWritesPerCall)
-			storeO = fmt.Sprintf("%.3f / %.3f", res.Outage.StoreReadsPerCall, res.Outage.StoreWritesPerCall)
+		mark := ""
+		if res.KeepUp.Behind() {
+			mark = "!"
 		}
-		fmt.Fprintf(tw, "%s\t%.2fx\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
-			res.Label, res.LoadFactor, res.FailedForGood, blocked, res.FirstAttemptsInOutage,
-			openAll, afterOpen, storeH, storeO, res.Envs, fmtDur(time.Duration(res.Wall)))
+		fmt.Fprintf(tw, "%s\t%.2fx\t%d\t%d\t%d\t%s\t%d\t%s\t%s\t\n",
+			res.Label, res.LoadFactor, res.FailedForGood, throttled, res.FirstAttemptsInOutage, ratio, res.Envs, fmtDur(time.Duration(res.Wall)), mark)
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := writeBreakers(w, r); err != nil {
+		return err
+	}
+	if err := writeStores(w, r); err != nil {
 		return err
 	}
 	writeStoreFaults(w, r)
 	if err := writeCosts(w, r); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nsimulated time, nominal x%g; effective (stops for backlog and stalls included):", c.Speed)
+	if c.Partner == PartnerInproc {
+		fmt.Fprint(w, "\nin process, virtual time; simulated seconds per real second:")
+	} else {
+		fmt.Fprintf(w, "\nsimulated time, nominal x%g; effective (stops for backlog and stalls included):", c.Speed)
+	}
 	for i, res := range r.Results {
 		sep := ","
 		if i == 0 {
@@ -68,21 +92,134 @@ func WriteTable(w io.Writer, r Report) error {
 		fmt.Fprintf(w, "%s x%.1f", sep, res.Clock.EffectiveSpeed)
 	}
 	fmt.Fprintln(w)
+	writeKeepUp(w, r)
+	for _, res := range r.Results {
+		for _, n := range res.KeepUp.Notes {
+			fmt.Fprintf(w, "note: %s: %s\n", res.Label, n)
+		}
+	}
 	_, err := io.WriteString(w, `
 load in outage:     attempts reaching the partner during the outage / new calls started during it
-failed for good:    calls that ended in an error (whole run; -json breaks them down by cause and phase)
-blocked 1st:        first attempts the circuit breaker rejected before sending (whole run)
+failed for good:    calls that ended in an error (whole run; -json breaks them down by cause and phase), of them
+                    throttled: no environment was idle and the fleet could not grow (Lambda's 429), nothing sent
 1st in outage:      first attempts that reached the partner during the outage
+retries ÷ bound:    retries the global budget granted (and were used) over the budget windows that overlap the
+                    outage, divided by its bound there: Ratio × requests + Floor per window
+envs:               execution environments at the end; wall: real time this strategy took
+breaker opened:     time from the start of the outage until some environment saw the breaker open, and the true
+                    failure ratio then: attempts the partner rejected / attempts that reached it, over the
+                    breaker's window (10s) before that moment
 open everywhere:    time from the start of the outage until the breaker was open in every environment
                     (that saw it open, or started a call more than the breaker's cache TTL after it first
                     opened anywhere; "never (k/n)": only k of those n saw it open)
+blocked 1st:        first attempts the circuit breaker rejected before sending (whole run)
 1st after open:     first attempts that reached the partner during the outage from the first whole second
                     the breaker was open everywhere: its probes ("-": it never was open everywhere)
 store r/w per call: shared-store reads / writes (DynamoDB requests, or the in-memory stand-in's calls) per new call,
-                    healthy = before the outage
-envs:               execution environments at the end; wall: real time this strategy took
+                    healthy = before the outage, run = whole run
+hottest item:       the most write / read units one store item consumed in one second (DynamoDB takes at most
+                    1000 / 3000 per item), and store requests throttled past those limits
 `)
 	return err
+}
+
+// subTable starts a table of the results that pass keep, after a blank
+// line, with the given header lines; it writes nothing when none does.
+func subTable(w io.Writer, r Report, keep func(*Result) bool, header ...string) (*tabwriter.Writer, []*Result) {
+	var rows []*Result
+	for _, res := range r.Results {
+		if keep(res) {
+			rows = append(rows, res)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if len(rows) == 0 {
+		return tw, nil
+	}
+	fmt.Fprintln(w)
+	for _, h := range header {
+		fmt.Fprintln(tw, h)
+	}
+	return tw, rows
+}
+
+// writeBreakers prints what the breaker did, for the strategies with one.
+func writeBreakers(w io.Writer, r Report) error {
+	tw, rows := subTable(w, r, func(res *Result) bool { return res.HasBreaker },
+		"strategy\tbreaker opened\ttrue failure\topen everywhere\tblocked 1st\t1st in outage\t",
+		"\tafter\tratio then\tafter\tby breaker\tafter open\t")
+	for _, res := range rows {
+		opened, ratio, openAll, afterOpen := "never", "-", "-", "-"
+		if res.BreakerFirstOpen != nil {
+			opened = fmtDur(time.Duration(*res.BreakerFirstOpen))
+		}
+		if res.BreakerFirstOpenFailureRatio != nil {
+			ratio = fmt.Sprintf("%.0f%%", 100**res.BreakerFirstOpenFailureRatio)
+		}
+		switch {
+		case res.BreakerOpenAll != nil:
+			openAll = fmtDur(time.Duration(*res.BreakerOpenAll))
+		case res.BreakerOpenedIn > 0:
+			openAll = fmt.Sprintf("never (%d/%d)", res.BreakerOpenedIn, res.BreakerActive)
+		}
+		if res.FirstAttemptsAfterOpen != nil {
+			afterOpen = fmt.Sprint(*res.FirstAttemptsAfterOpen)
+		}
+		blocked := res.Before.BreakerBlockedFirst + res.Outage.BreakerBlockedFirst + res.After.BreakerBlockedFirst
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t\n", res.Label, opened, ratio, openAll, blocked, afterOpen)
+	}
+	return tw.Flush()
+}
+
+// writeStores prints the shared stores' traffic, for the strategies with
+// shared stores.
+func writeStores(w io.Writer, r Report) error {
+	tw, rows := subTable(w, r, func(res *Result) bool { return res.Before.Store != nil },
+		"strategy\tstore r/w per call\tstore r/w per call\tstore r/w per call\thottest item\thottest item\tthrottled\t",
+		"\thealthy\toutage\trun\tpeak WCU/s\tpeak RCU/s\trequests\t")
+	for _, res := range rows {
+		run := "-"
+		if res.StoreReadsPerCall != nil && res.StoreWritesPerCall != nil {
+			run = fmt.Sprintf("%.3f / %.3f", *res.StoreReadsPerCall, *res.StoreWritesPerCall)
+		}
+		wcu, rcu, throttled := "-", "-", "-"
+		if u := res.Capacity; u != nil {
+			wcu, rcu, throttled = fmt.Sprintf("%.0f", u.PeakItemWriteUnits), fmt.Sprintf("%.1f", u.PeakItemReadUnits), fmt.Sprint(u.Throttled)
+		}
+		fmt.Fprintf(tw, "%s\t%.3f / %.3f\t%.3f / %.3f\t%s\t%s\t%s\t%s\t\n", res.Label,
+			res.Before.StoreReadsPerCall, res.Before.StoreWritesPerCall,
+			res.Outage.StoreReadsPerCall, res.Outage.StoreWritesPerCall, run, wcu, rcu, throttled)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, res := range rows {
+		if u := res.Capacity; u != nil && u.HottestWriteItem != "" {
+			fmt.Fprintf(w, "  %s: hottest item %s; largest item %d bytes\n", res.Label, u.HottestWriteItem, u.LargestItem)
+		}
+	}
+	return nil
+}
+
+// writeKeepUp says, strategy by strategy, what kept the machine from
+// carrying the scenario.
+func writeKeepUp(w io.Writer, r Report) {
+	var behind []*Result
+	for _, res := range r.Results {
+		if res.KeepUp.Behind() {
+			behind = append(behind, res)
+		}
+	}
+	if len(behind) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\n!!! THE MACHINE DID NOT KEEP UP; do not use the figures marked ! !!!")
+	for _, res := range behind {
+		for _, p := range res.KeepUp.Problems {
+			fmt.Fprintf(w, "  %s: %s\n", res.Label, p)
+		}
+	}
+	fmt.Fprintln(w, "  "+keepUpAdvice(r))
 }
 
 func fmtDur(d time.Duration) string {

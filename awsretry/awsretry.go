@@ -1,0 +1,301 @@
+// Package awsretry makes the AWS SDK for Go v2 draw its retries from a
+// herdguard retry.Executor: an SDK client of any service, given a Retryer
+// from New, sends every attempt through the Executor's circuit breaker and
+// asks the Executor's budgets (local and fleet-wide) before every retry, so
+// that a partner reached through the SDK is protected exactly like one
+// reached through retry.Do or retry.Transport:
+//
+//	exec, err := retry.New(retry.Config{Budgets: ..., Breaker: ...}) // one per partner
+//	r, err := awsretry.New(exec, awsretry.Options{})
+//	client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.Retryer = r })
+//
+// The SDK keeps running its own retry loop (its Attempt middleware), and
+// the Retryer keeps what the SDK does well: which errors are retryable and
+// which are throttling (the SDK's standard classification, or Options.Base),
+// its backoff (2026 retry behaviour: full jitter over 50 ms for transient
+// errors, 1 s for throttling), its clock skew correction and its handling of
+// x-amz-retry-after. It replaces the SDK's retry quota (a token bucket per
+// client) by the Executor:
+//
+//   - every attempt asks the breaker first (GetAttemptToken). When it is
+//     open the SDK call fails at once, before anything is sent, with an
+//     error for which errors.Is(err, breaker.ErrOpen) holds and
+//     retry.RetryAfter(err) returns the time until the next probe; the
+//     attempt's outcome is reported to the breaker when the SDK releases the
+//     token (retryable errors and other 5xx are failures, 4xx answers
+//     successes, cancellations are not counted);
+//   - the first attempt of a call records the request with the budgets,
+//     and a first-attempt success is recorded too;
+//   - every retry asks the budgets (GetRetryToken), charged as
+//     budget.Throttling when the SDK calls the error throttling and as
+//     budget.Transient otherwise. A refusal ends the call with the SDK's
+//     last error joined to a *budget.ExhaustedError (errors.Is(err,
+//     budget.ErrExhausted) holds, and retry.RetryAfter(err) gives the
+//     budget's hint). As in retry.Do, a wait that would end within the
+//     Executor's DeadlineMargin of the context's deadline, or a server hint
+//     above its MaxRetryAfter, ends the call at once with a
+//     *retry.GiveUpError and spends nothing;
+//   - the number of attempts is the Executor's MaxAttempts (unless the
+//     client's RetryMaxAttempts, or AWS_MAX_ATTEMPTS, overrides it: leave
+//     those unset).
+//
+// The wait before a retry is the SDK's backoff, raised to the server's hint
+// (x-amz-retry-after, and Retry-After, which the SDK alone ignores): a hint
+// is a lower bound, as everywhere in herdguard. The Executor's hooks
+// (OnRetry, OnGiveUp, OnBudgetExhausted, OnStoreError) and the breaker's
+// OnStateChange see the SDK's calls as they see the Executor's own.
+//
+// One limit comes from the SDK's loop: a retry the budgets granted that the
+// SDK then never sends (the breaker rejected it, or the context ended during
+// the wait) is never released by the SDK, so it stays spent as if it had
+// failed: fewer retries, never more.
+//
+// Never give this Retryer to the DynamoDB client of herdguard's own stores:
+// the budgets and the breaker must not depend on the table that serves them.
+// dynamo.NewClient always installs its own retryer, whatever the aws.Config
+// it is given says.
+package awsretry
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkretry "github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/retry"
+)
+
+// Options configures New. The zero value is the SDK's standard
+// classification and backoff.
+type Options struct {
+	// Base decides which errors are retried (IsErrorRetryable) and the
+	// backoff before a retry (RetryDelay); nil means the SDK's standard
+	// retryer, retry.NewStandard() of package
+	// github.com/aws/aws-sdk-go-v2/aws/retry. To retry more error codes,
+	// pass retry.AddWithErrorCodes(retry.NewStandard(), codes...). Base's
+	// retry quota, attempt tokens and MaxAttempts are never used.
+	Base aws.Retryer
+}
+
+// Retryer is an aws.RetryerV2 over a retry.Executor; see the package
+// documentation. It is safe for concurrent use; share one per partner
+// between the clients that call it.
+type Retryer struct {
+	exec     *retry.Executor
+	base     aws.Retryer
+	throttle sdkretry.IsErrorThrottle
+	waits    waitRing
+}
+
+var _ aws.RetryerV2 = (*Retryer)(nil)
+
+// New returns a Retryer that takes its breaker and budgets from exec.
+func New(exec *retry.Executor, opts Options) (*Retryer, error) {
+	if exec == nil {
+		return nil, errors.New("herdguard: awsretry.New: the executor is nil")
+	}
+	base := opts.Base
+	if base == nil {
+		base = sdkretry.NewStandard()
+	}
+	return &Retryer{exec: exec, base: base, throttle: sdkretry.IsErrorThrottles(sdkretry.DefaultThrottles)}, nil
+}
+
+// MaxAttempts returns the Executor's MaxAttempts.
+func (r *Retryer) MaxAttempts() int { return r.exec.MaxAttempts() }
+
+// IsErrorRetryable reports whether Options.Base retries err. A refusal of a
+// herdguard layer (budget.ErrExhausted, breaker.ErrOpen) and a cancellation
+// are never retried.
+func (r *Retryer) IsErrorRetryable(err error) bool {
+	if retry.ClassifyControl(err, false) != retry.NoOpinion {
+		return false
+	}
+	return r.base.IsErrorRetryable(err)
+}
+
+// GetAttemptToken gates the attempt through the Executor's breaker (see
+// retry.Executor.StartAttempt). The token it returns reports the attempt's
+// outcome to the breaker when the SDK releases it.
+func (r *Retryer) GetAttemptToken(ctx context.Context) (func(error) error, error) {
+	done, err := r.exec.StartAttempt(ctx, attemptNumber(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return func(err error) error {
+		done(err, r.verdict(err))
+		return nil
+	}, nil
+}
+
+// GetInitialToken is the SDK's deprecated form of GetAttemptToken, which
+// the SDK never calls on a RetryerV2. It returns a token that does nothing.
+func (r *Retryer) GetInitialToken() func(error) error { return nopRelease }
+
+// GetRetryToken asks the Executor's budgets for a retry after the SDK
+// attempt whose error is opErr (see retry.Executor.AcquireRetry). The token
+// it returns tells the budgets whether the retry succeeded.
+func (r *Retryer) GetRetryToken(ctx context.Context, opErr error) (func(error) error, error) {
+	attempt := attemptNumber(ctx)
+	hint := serverHint(opErr)
+	backoff, err := r.base.RetryDelay(attempt, opErr)
+	if err != nil {
+		return nil, err
+	}
+	wait := max(backoff, hint)
+	kind := budget.Transient
+	if r.verdict(opErr) == retry.RetryThrottling {
+		kind = budget.Throttling
+	}
+	release, err := r.exec.AcquireRetry(ctx, retry.RetryEvent{Attempt: attempt, Delay: wait, RetryAfter: hint, Err: opErr, Kind: kind})
+	if err != nil {
+		return nil, err
+	}
+	r.waits.put(opErr, wait)
+	return func(err error) error {
+		if err == nil {
+			release.Done(budget.RetrySucceeded)
+		} else {
+			release.Done(budget.RetryFailed)
+		}
+		return nil
+	}, nil
+}
+
+// RetryDelay returns the wait before the retry after attempt failed with
+// err: the one GetRetryToken checked against the deadline when it granted
+// the retry, or else Options.Base's backoff raised to the server's hint.
+func (r *Retryer) RetryDelay(attempt int, err error) (time.Duration, error) {
+	if d, ok := r.waits.take(err); ok {
+		return d, nil
+	}
+	d, derr := r.base.RetryDelay(attempt, err)
+	if derr != nil {
+		return 0, derr
+	}
+	return max(d, serverHint(err)), nil
+}
+
+// verdict maps the SDK's view of an attempt's error onto herdguard's: the
+// Verdict decides the breaker's outcome and the kind of a retry.
+func (r *Retryer) verdict(err error) retry.Verdict {
+	if err == nil {
+		return retry.NoOpinion
+	}
+	if v := retry.ClassifyControl(err, false); v != retry.NoOpinion {
+		return v // canceled, or refused by a herdguard layer: not the partner's doing
+	}
+	if r.base.IsErrorRetryable(err) {
+		if r.throttle.IsErrorThrottle(err) == aws.TrueTernary {
+			return retry.RetryThrottling
+		}
+		return retry.RetryTransient
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return retry.NoRetryFailure // the service did not answer in the time the caller had
+	}
+	var sc interface{ HTTPStatusCode() int }
+	if errors.As(err, &sc) {
+		if sc.HTTPStatusCode() >= 500 {
+			return retry.NoRetryFailure
+		}
+		return retry.NoRetry // the service answered: the request is at fault
+	}
+	return retry.NoRetryExcluded // no answer and no known cause: most likely not the service's fault
+}
+
+// serverHint returns the wait the response behind err asked for:
+// x-amz-retry-after or Retry-After, whichever is longer (retry's parsers:
+// malformed values are ignored, huge ones clamped).
+func serverHint(err error) time.Duration {
+	var re *smithyhttp.ResponseError
+	if !errors.As(err, &re) || re.Response == nil || re.Response.Response == nil {
+		return 0
+	}
+	d, _ := retry.RetryAfterFromHeader(re.Response.Header, time.Now())
+	return d
+}
+
+func nopRelease(error) error { return nil }
+
+// attemptNumber returns the number, from 1, of the SDK attempt whose
+// context ctx is.
+//
+// The SDK's Attempt middleware keeps it in a context value that only its
+// own package reads (retry.Standard uses it to refund tokens after first
+// attempts only), and no exported function returns it. Its exported
+// MetricsHeader middleware writes it into the amz-sdk-request header as
+// "attempt=N; max=M", so attemptNumber runs that middleware on a request of
+// its own and reads the header back. MetricsHeader is deprecated because
+// the clients no longer put it in their stacks (the Attempt middleware sets
+// the header itself); it stays, as the module keeps its exported API, and a
+// test of this package fails if it ever stops telling retries from first
+// attempts. A context the SDK did not make is attempt 1.
+func attemptNumber(ctx context.Context) int {
+	req := smithyhttp.NewStackRequest().(*smithyhttp.Request)
+	next := middleware.FinalizeHandlerFunc(func(context.Context, middleware.FinalizeInput) (middleware.FinalizeOutput, middleware.Metadata, error) {
+		return middleware.FinalizeOutput{}, middleware.Metadata{}, nil
+	})
+	//lint:ignore SA1019 the only exported reader of the attempt number; see above.
+	if _, _, err := (sdkretry.MetricsHeader{}).HandleFinalize(ctx, middleware.FinalizeInput{Request: req}, next); err != nil {
+		return 1
+	}
+	for _, part := range strings.Split(req.Header.Get("Amz-Sdk-Request"), ";") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "attempt="); ok {
+			if n, err := strconv.Atoi(v); err == nil && n >= 1 {
+				return n
+			}
+		}
+	}
+	return 1
+}
+
+// waitRing hands the wait GetRetryToken checked for a granted retry to
+// RetryDelay, which the SDK calls right after it with the same error value.
+// Errors are matched by identity, so only pointer errors (all the SDK's
+// are) are kept; a retry whose wait is not found gets a fresh backoff from
+// RetryDelay. The ring is small and overwritten in turn, so that a wrapper
+// with a RetryDelay of its own (retry.AddWithMaxBackoffDelay), which never
+// takes the waits back, costs no memory.
+type waitRing struct {
+	mu    sync.Mutex
+	next  int
+	slots [64]struct {
+		err  error
+		wait time.Duration
+	}
+}
+
+func (w *waitRing) put(err error, wait time.Duration) {
+	if err == nil || reflect.TypeOf(err).Kind() != reflect.Pointer {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.slots[w.next].err, w.slots[w.next].wait = err, wait
+	w.next = (w.next + 1) % len(w.slots)
+}
+
+func (w *waitRing) take(err error) (time.Duration, bool) {
+	if err == nil || reflect.TypeOf(err).Kind() != reflect.Pointer {
+		return 0, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.slots {
+		if s := &w.slots[i]; s.err == err { // both pointers: comparable
+			s.err = nil
+			return s.wait, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,65 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/local"
+)
+
+// blockingStore holds Reports while gate is set: a Report in flight while
+// another call reads an operator override (a Report's answer carries no
+// override; the breaker must keep the one it read).
+type blockingStore struct {
+	*local.BreakerStore
+	gate chan struct{}
+	in   chan struct{}
+}
+
+func (s *blockingStore) Report(ctx context.Context, name string, r breaker.Report) (breaker.Snapshot, error) {
+	if s.gate != nil {
+		s.in <- struct{}{}
+		<-s.gate
+	}
+	return s.BreakerStore.Report(ctx, name, r)
+}
+
+func TestSharedReportAnswerKeepsTheOverride(t *testing.T) {
+	ctx := context.Background()
+	st := &blockingStore{BreakerStore: local.NewBreakerStore()}
+	t0 := time.UnixMilli(1_800_000_000_000)
+	if _, err := st.Report(ctx, "p", breaker.Report{Bucket: t0.Unix(), WatchUntil: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := breaker.New("p", breaker.Settings{Store: st, CacheTTL: time.Second, ReportInterval: 100 * time.Millisecond, StoreTimeout: time.Minute,
+		Rand: func() float64 { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(at time.Duration) {
+		p, err := b.Allow(ctx, t0.Add(at))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Done(ctx, t0.Add(at), p, breaker.Success)
+	}
+	call(0) // loads the watch, samples, reports
+	st.gate, st.in = make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() { call(900 * time.Millisecond); close(done) }() // its report is held in the store
+	<-st.in
+	if err := st.SetOverride(ctx, "p", breaker.ForcedOpen, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Allow(ctx, t0.Add(1050*time.Millisecond)); !errors.Is(err, breaker.ErrOpen) {
+		t.Fatalf("after loading force-open: %v, want ErrOpen", err)
+	}
+	close(st.gate)
+	<-done
+	if _, err := b.Allow(ctx, t0.Add(1100*time.Millisecond)); !errors.Is(err, breaker.ErrOpen) {
+		t.Errorf("force-open, after the held Report answered: Allow = %v, want ErrOpen", err)
+	}
+}

@@ -1,0 +1,267 @@
+// Package emf records what herdguard does as CloudWatch metrics in Embedded
+// Metric Format (EMF): JSON log lines that CloudWatch Logs turns into
+// metrics, with no API call and no agent. In AWS Lambda, stdout is the
+// function's log, so a Recorder writing to os.Stdout is all it takes.
+//
+// A Recorder counts in memory, from the hooks of a retry.Executor and a
+// breaker.Breaker, and Flush writes what it counted as one EMF object on
+// one line, as AWS Lambda Powertools' metrics utilities do: a namespace, one
+// dimension set (the Recorder's Dimensions, such as the function and the
+// partner), the metrics as properties of the root, and "_aws" with
+// Timestamp (Unix milliseconds, at the flush) and CloudWatchMetrics
+// (Namespace, Dimensions, Metrics with Name and Unit). A flush with nothing
+// counted writes nothing, so a healthy partner costs no log volume. Besides
+// the metrics, the object lists the budgets that refused since the last
+// flush in the property ExhaustedBudgets (["local-ratio", "global:payments"]),
+// which Logs Insights can query.
+//
+//	rec, err := emf.New(os.Stdout, emf.Options{Namespace: "Herdguard",
+//		Dimensions: map[string]string{"FunctionName": fn, "Partner": "payments"}})
+//	br, err := breaker.New("payments", breaker.Settings{Store: ..., OnStoreError: rec.BreakerStoreError,
+//		OnStateChange: func(c breaker.StateChange) { rec.Transition(c.From, c.To, c.Origin == breaker.OriginWrote) }})
+//	exec, err := retry.New(retry.Config{Budgets: ..., Breaker: br,
+//		OnRetry: rec.Retry, OnBudgetExhausted: rec.BudgetExhausted, OnStoreError: rec.StoreError, OnGiveUp: rec.GiveUp})
+//	// at the end of every invocation, after exec.Flush:
+//	err = rec.Flush()
+//
+// The metrics, all of unit Count and summed over the flush:
+//
+//   - Retries: retries the budgets granted (OnRetry).
+//   - BudgetExhausted: retries a budget refused (OnBudgetExhausted).
+//   - BreakerRejected: calls or retries the breaker refused, the open state
+//     doing its job (OnGiveUp with Reason BreakerOpen).
+//   - BudgetStoreErrors, BreakerStoreErrors: faults of the budgets' and the
+//     breaker's stores (the table was slow, throttled or unreachable, or an
+//     item was malformed), each answered from the local layers.
+//   - BreakerOpened, BreakerHalfOpened, BreakerClosed: the breaker's state
+//     changes this environment saw, whoever made them: with a shared
+//     breaker every environment that learns of a fleet transition counts
+//     it, so their sum over the fleet is the number of environments told.
+//   - BreakerOpenedWritten, BreakerHalfOpenedWritten, BreakerClosedWritten:
+//     those of them this environment made itself (Transition's wrote): with
+//     a shared breaker, one per fleet transition, whatever the fleet's size.
+//
+// A Recorder is safe for concurrent use. Keep one per partner, like its
+// Executor, and flush it where the Executor is flushed.
+package emf
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/retry"
+)
+
+// Limits CloudWatch puts on EMF (see the EMF specification).
+const (
+	// maxDimensions is the number of dimensions a dimension set may hold.
+	maxDimensions = 30
+	// maxNameLen bounds a namespace, a dimension name or value (CloudWatch
+	// allows 255 characters for each of them; 256 for a namespace).
+	maxNameLen = 255
+)
+
+// Options configures a Recorder.
+type Options struct {
+	// Namespace is the CloudWatch namespace of every metric, such as
+	// "Herdguard" (required).
+	Namespace string
+	// Dimensions are the dimensions of every metric, name to value, such as
+	// {"FunctionName": ..., "Partner": ...}: at most 30 (EMF's limit), names and
+	// values non-empty. An alarm must name exactly these to see the metrics.
+	Dimensions map[string]string
+	// Now is the clock of the flush's Timestamp (default time.Now).
+	Now func() time.Time
+}
+
+// propExhaustedBudgets lists the budgets that refused since the last flush.
+const propExhaustedBudgets = "ExhaustedBudgets"
+
+// metric names, in the order a flush lists them.
+const (
+	mRetries            = "Retries"
+	mBudgetExhausted    = "BudgetExhausted"
+	mBreakerRejected    = "BreakerRejected"
+	mBudgetStoreErrors  = "BudgetStoreErrors"
+	mBreakerStoreErrors = "BreakerStoreErrors"
+)
+
+var (
+	// transitionNames[to][wrote] names the metric of a change to state to.
+	transitionNames = map[breaker.State][2]string{
+		breaker.Open:     {"BreakerOpened", "BreakerOpenedWritten"},
+		breaker.HalfOpen: {"BreakerHalfOpened", "BreakerHalfOpenedWritten"},
+		breaker.Closed:   {"BreakerClosed", "BreakerClosedWritten"},
+	}
+	metricOrder = []string{mRetries, mBudgetExhausted, mBreakerRejected, mBudgetStoreErrors, mBreakerStoreErrors,
+		"BreakerOpened", "BreakerOpenedWritten", "BreakerHalfOpened", "BreakerHalfOpenedWritten",
+		"BreakerClosed", "BreakerClosedWritten"}
+)
+
+// Recorder counts herdguard's events and writes them as EMF; see the
+// package documentation.
+type Recorder struct {
+	namespace string
+	dims      []string // sorted dimension names
+	values    map[string]string
+	now       func() time.Time
+
+	mu        sync.Mutex
+	w         io.Writer           // guarded by mu, so that lines never interleave
+	counts    map[string]uint64   // guarded by mu
+	exhausted map[string]struct{} // names of the budgets that refused; guarded by mu
+}
+
+// New returns a Recorder that writes to w (os.Stdout in Lambda).
+func New(w io.Writer, o Options) (*Recorder, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("herdguard: emf: Options."+format, args...)
+	}
+	switch {
+	case w == nil:
+		return nil, errors.New("herdguard: emf: the writer is nil")
+	case o.Namespace == "" || len(o.Namespace) > maxNameLen:
+		return nil, bad("Namespace %q: want 1 to %d characters", o.Namespace, maxNameLen)
+	case len(o.Dimensions) > maxDimensions:
+		return nil, bad("Dimensions has %d entries, more than EMF's %d", len(o.Dimensions), maxDimensions)
+	}
+	for k, v := range o.Dimensions {
+		switch {
+		case k == "" || len(k) > maxNameLen || k == "_aws":
+			return nil, bad("Dimensions: name %q: want 1 to %d characters, not _aws", k, maxNameLen)
+		case slices.Contains(metricOrder, k) || k == propExhaustedBudgets:
+			return nil, bad("Dimensions: name %q is a metric's", k)
+		case v == "" || len(v) > maxNameLen:
+			return nil, bad("Dimensions[%q] = %q: want 1 to %d characters", k, v, maxNameLen)
+		}
+	}
+	r := &Recorder{
+		namespace: o.Namespace,
+		dims:      slices.Sorted(maps.Keys(o.Dimensions)),
+		values:    maps.Clone(o.Dimensions),
+		now:       o.Now,
+		w:         w,
+		counts:    map[string]uint64{},
+		exhausted: map[string]struct{}{},
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.dims == nil {
+		r.dims = []string{} // a dimension set with no dimension: [[]], never [null]
+	}
+	return r, nil
+}
+
+// Retry counts a granted retry; it is a retry.Config.OnRetry.
+func (r *Recorder) Retry(retry.RetryEvent) { r.add(mRetries) }
+
+// BudgetExhausted counts a refused retry; it is a
+// retry.Config.OnBudgetExhausted. The refusing budget's name is listed in
+// the flushed object's ExhaustedBudgets property (a log field, not a
+// dimension: it costs no extra metric).
+func (r *Recorder) BudgetExhausted(ex *budget.ExhaustedError) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.counts[mBudgetExhausted]++
+	if ex != nil && ex.Budget != "" {
+		r.exhausted[ex.Budget] = struct{}{}
+	}
+}
+
+// StoreError counts a fault of a budget's store; it is a
+// retry.Config.OnStoreError.
+func (r *Recorder) StoreError(int, error) { r.add(mBudgetStoreErrors) }
+
+// GiveUp counts the calls the breaker refused; it is a
+// retry.Config.OnGiveUp. Other give-ups are the caller's to count (budget
+// refusals are counted by BudgetExhausted).
+func (r *Recorder) GiveUp(ev retry.GiveUpEvent) {
+	if ev.Reason == retry.BreakerOpen {
+		r.add(mBreakerRejected)
+	}
+}
+
+// BreakerStoreError counts a fault of the breaker's store; it is a
+// breaker.Settings.OnStoreError.
+func (r *Recorder) BreakerStoreError(string, error) { r.add(mBreakerStoreErrors) }
+
+// Transition counts a change of the breaker's state from from to to, seen
+// by this environment (breaker.Settings.OnStateChange). wrote says that this
+// environment made the change itself (for a shared breaker, wrote the fleet's
+// transition) rather than followed one made elsewhere; such a change is also
+// counted in the metric named ...Written.
+func (r *Recorder) Transition(from, to breaker.State, wrote bool) {
+	names, ok := transitionNames[to]
+	if !ok || from == to {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.counts[names[0]]++
+	if wrote {
+		r.counts[names[1]]++
+	}
+}
+
+func (r *Recorder) add(metric string) {
+	r.mu.Lock()
+	r.counts[metric]++
+	r.mu.Unlock()
+}
+
+// Flush writes what was counted since the last flush as one EMF object on
+// one line, and starts counting from zero. It writes nothing when nothing
+// was counted. A write error is returned, and the counts are dropped.
+func (r *Recorder) Flush() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.counts) == 0 {
+		return nil
+	}
+	type metricDef struct {
+		Name string `json:"Name"`
+		Unit string `json:"Unit"`
+	}
+	type directive struct {
+		Namespace  string      `json:"Namespace"`
+		Dimensions [][]string  `json:"Dimensions"`
+		Metrics    []metricDef `json:"Metrics"`
+	}
+	doc := make(map[string]any, len(r.values)+len(r.counts)+1)
+	for k, v := range r.values {
+		doc[k] = v
+	}
+	d := directive{Namespace: r.namespace, Dimensions: [][]string{r.dims}}
+	for _, m := range metricOrder {
+		if n, ok := r.counts[m]; ok {
+			doc[m] = n
+			d.Metrics = append(d.Metrics, metricDef{Name: m, Unit: "Count"})
+		}
+	}
+	if len(r.exhausted) > 0 {
+		doc[propExhaustedBudgets] = slices.Sorted(maps.Keys(r.exhausted))
+	}
+	doc["_aws"] = map[string]any{
+		"Timestamp":         r.now().UnixMilli(),
+		"CloudWatchMetrics": []directive{d},
+	}
+	clear(r.counts)
+	clear(r.exhausted)
+	line, err := json.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("herdguard: emf: encoding: %w", err) // strings and integers only: cannot happen
+	}
+	if _, err := r.w.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("herdguard: emf: writing: %w", err)
+	}
+	return nil
+}
