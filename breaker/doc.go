@@ -86,7 +86,8 @@
 // answered (the rolling window ending now): the fleet trips (Closed→Open)
 // when they hold at least MinRequests sampled outcomes and the estimated
 // failure ratio is at least FailureRatio plus one standard error of a
-// sample of that size. The margin keeps a fleet failing 30% of its calls
+// sample of that size (samples weigh the sampling factor they were drawn
+// with; with unequal weights the size is the effective one, (Σw)²/Σw²). The margin keeps a fleet failing 30% of its calls
 // from tripping on the noise of a few samples (at 20 samples, from 4.8% of
 // the time to 0.03%); with thousands of samples it is negligible. There is
 // no minimum number of environments: one environment alone is the whole
