@@ -142,6 +142,9 @@ type Breaker struct {
 	firstDone  bool
 	ready      pending
 	lastAlarm  time.Time
+	// lastFailure is when this environment last saw a call fail while
+	// it followed the fleet (see drawSampleFromLocked).
+	lastFailure time.Time
 }
 
 // fleetSchedule is, for one open or half-open fleet epoch, when this

@@ -157,34 +157,44 @@ func (b *Breaker) sampleLocked(now time.Time) int32 {
 }
 
 // drawSampleFromLocked draws when this environment, which learnt of the
-// fleet's watch at now, starts sampling: at once for the hard-stop
-// breaker; for adaptive throttling after a random delay of up to one
-// bucket width, and its first report then holds exactly its first
-// ReportInterval of sampling (its first window, see closeFirstLocked).
+// fleet's watch at now, starts sampling, and whether its first report
+// holds exactly its first ReportInterval of sampling (its first window,
+// see closeFirstLocked).
 //
-// Adaptive throttling starts on the fleet's first seconds of counts, and
-// must tell a major outage from a partial one there (73% of calls failing
-// from 45% with cmd/outagesim's partner). An environment learns of a
-// watch from a failure of its own, at a moment correlated with the
-// failures: a partner that serves its capacity per second, first come,
-// first served, fails the end of every second, and calls queued behind the
-// failed one (one invocation at a time, as in Lambda; the most recently
-// idle environment under scale-out) run at once, in the same failing part
-// of the second. Sampling from that moment and reporting at once, the
-// first samples the fleet saw were mostly failures, and a fleet failing
-// 45% of its calls was estimated above 60% in its first second of
-// counting. The random delay makes the start of each environment's
-// sampling uniform over the second, and the first window makes its first
-// report cover a whole second, whatever the pattern of the failures within
-// it. The hard-stop breaker needs neither: it trips at FailureRatio plus a
-// standard error of a window's counts, far from a partial outage's ratio,
-// and a delay would cost sparse callers the samples its trip needs.
+// An environment learns of a watch from a failure of its own, at a moment
+// correlated with the failures: a partner that serves its capacity per
+// second, first come, first served, fails the end of every second, and
+// calls queued behind the failed one (one invocation at a time, as in
+// Lambda; the most recently idle environment under scale-out) run at once,
+// in the same failing part of the second. Sampling from that moment and
+// reporting at once, the first samples the fleet saw were mostly failures:
+// a fleet failing 30% of its calls (cmd/outagesim's partial outage) was
+// estimated far above 50% in its first second of counting and the hard
+// stop opened within a second in every run of the busy fleet. So an
+// environment that makes at least a call per ReportInterval (its own
+// calls over the window say so) starts sampling after a random delay of up
+// to one bucket width if it failed within one, and its first report covers
+// its first ReportInterval of sampling whole, whatever the pattern of the
+// failures within it. An environment whose calls are further apart needs
+// neither (each of its reports covers one call, at a moment no failure
+// chose) and starts at once: holding its sample until its next call would
+// cost a sparse fleet the samples its trip needs. Adaptive throttling
+// always takes the delay and the first window: it starts on the fleet's
+// first seconds of counts and must tell a major outage from a partial one
+// there.
 func (b *Breaker) drawSampleFromLocked(now time.Time) {
-	if !b.s.Adaptive {
-		b.sampleFrom, b.firstDone = now, true
-		return
-	}
+	b.sampleFrom, b.firstDone = now, true
 	w := b.s.Window / FleetSlots
+	if !b.s.Adaptive {
+		local := b.win.rolling(b.win.number(now.UnixNano()))
+		if time.Duration(local.Requests)*b.s.ReportInterval < b.s.Window {
+			return // fewer than one call per ReportInterval
+		}
+		if b.lastFailure.IsZero() || now.Sub(b.lastFailure) >= w {
+			b.firstDone = false
+			return
+		}
+	}
 	b.sampleFrom = now.Add(min(time.Duration(b.randLocked()*float64(w)), w-1))
 	b.firstDone = false
 }
@@ -276,6 +286,7 @@ func (b *Breaker) accountFleetLocked(now time.Time, p Permit, o Outcome) job {
 		b.pend.samples++
 	}
 	if o == Failure {
+		b.lastFailure = now
 		b.pend.sawFailure = true
 		if !b.watchingLocked(now) {
 			return b.alarmLocked(now)
@@ -357,6 +368,13 @@ func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
 	if !b.ready.empty() {
 		q := b.ready
 		b.ready = pending{}
+		if !b.s.Adaptive {
+			// The hard stop needs the first report to cover its first
+			// window whole, not to hold it alone: what came after goes
+			// with it (a sparse caller's next call would wait a gap).
+			q.merge(b.pend)
+			b.pend = pending{}
+		}
 		return b.reportJobLocked(now, q)
 	}
 	watchFor := watchWindows * b.s.Window

@@ -470,3 +470,56 @@ func TestFleetSamplingFactorSpansTheWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetFirstWindowOfABusyEnvironment: an environment that makes a call
+// per ReportInterval or more, and learns of the fleet's watch by failing,
+// holds its first report until it covers a whole ReportInterval of
+// sampling (its first samples would otherwise all come from the moment
+// the partner fails); one that calls less often reports its sample at once.
+func TestFleetFirstWindowOfABusyEnvironment(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		calls int // successes over the window before the failure
+		held  bool
+	}{
+		{"busy", 20, true},
+		{"sparse", 2, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := newFakeStore()
+			starter := newEnv(t, store, "starter", nil)
+			e := newEnv(t, store, "e", nil)
+			for i := range c.calls {
+				invoke(t, e, t0.Add(time.Duration(i)*breaker.DefaultWindow/time.Duration(c.calls)), breaker.Success)
+			}
+			at := t0.Add(breaker.DefaultWindow)
+			invoke(t, starter, at, breaker.Failure) // the alarm: the fleet watches
+			invoke(t, e, at.Add(time.Millisecond), breaker.Failure)
+			// e learnt of the watch by failing; Rand is 0: no delay, every
+			// call sampled.
+			before := store.reports.Load()
+			invoke(t, e, at.Add(100*time.Millisecond), breaker.Success)
+			if held := store.reports.Load() == before; held != c.held {
+				t.Fatalf("first sampled call: report held %v, want %v", held, c.held)
+			}
+			if !c.held {
+				return
+			}
+			invoke(t, e, at.Add(500*time.Millisecond), breaker.Failure)
+			if store.reports.Load() != before {
+				t.Fatal("a report went before the first window closed")
+			}
+			invoke(t, e, at.Add(1100*time.Millisecond), breaker.Success)
+			if store.reports.Load() != before+1 {
+				t.Fatalf("%d reports after the first window closed, want 1", store.reports.Load()-before)
+			}
+			var n int64
+			for _, bk := range store.state("partner").Buckets {
+				n += bk.Samples
+			}
+			if n != 3 {
+				t.Fatalf("%d samples reported, want the first window's 2 and the call after it", n)
+			}
+		})
+	}
+}

@@ -51,6 +51,7 @@ const (
 	ftOpenDuration    = 500 * time.Millisecond
 	ftMaxOpenDuration = 2 * time.Second
 	ftCacheTTL        = 200 * time.Millisecond
+	ftReportInterval  = time.Second // the breaker's default
 	ftHalfOpenProbes  = 2
 
 	// ftStoreTimeout bounds every store call of the breakers and budgets
@@ -429,9 +430,14 @@ func ftCheckBreakerOpen(t *testing.T, f *ftFleet, outage *ftPhase, allOpenTick i
 		t.Fatalf("outage: the breaker never opened in %v (%d ticks); states: %s\ntimeline:\n%s", missing, ftOutageTicks, desc, ftTimeline(f))
 	}
 	// The fleet trips at the latest on the first reports of the first
-	// fleet window wholly inside the outage (one breaker window), and every
-	// environment sees it at its next load (CacheTTL); one tick of slack.
-	bound := int((ftBreakerWindow+ftCacheTTL)/ftTick) + 1
+	// fleet window wholly inside the outage (one breaker window), or, if
+	// later, on the environments' first reports: a busy environment that
+	// learns of the watch by failing starts sampling within one bucket
+	// (Window/FleetSlots) and reports its first ReportInterval whole. Every
+	// environment sees the trip at its next load (CacheTTL); one tick of
+	// slack.
+	firstReports := ftReportInterval + ftBreakerWindow/breaker.FleetSlots
+	bound := int((max(ftBreakerWindow, firstReports)+ftCacheTTL)/ftTick) + 1
 	if d := allOpenTick - outage.from; d > bound {
 		t.Errorf("outage: every environment saw the breaker open %d ticks (%v) after the outage began, want at most %d (%v)",
 			d, time.Duration(d)*ftTick, bound, time.Duration(bound)*ftTick)

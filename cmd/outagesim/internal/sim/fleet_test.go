@@ -283,3 +283,35 @@ func TestHTTPRunReportsLag(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// A partial outage (the partner keeps half its capacity: about 30% of
+// attempts fail, all at the end of each second, since the partner serves
+// first come, first served) must not open the shared breaker, in the busy
+// fleet or the Lambda-shaped one: its calls fail no more than with the
+// global ratio alone. (Issue 10: environments learn of the fleet's watch
+// by failing, in the failing end of a second; sampling from that moment
+// opened the busy fleet within a second in every seed.)
+func TestInprocPartialOutageKeepsTheBreakerClosed(t *testing.T) {
+	for _, fleet := range []string{FleetBusy, FleetLambda} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			cfg := DefaultConfig()
+			if fleet == FleetLambda {
+				cfg = LambdaConfig()
+			}
+			cfg.Partner = PartnerInproc
+			cfg.Outage = OutagePartial
+			cfg.OutageCapacity, _ = OutageCapacityFor(OutagePartial, cfg.Capacity)
+			cfg.Seed = seed
+			cfg.Strategies = []string{"global", "global-breaker"}
+			res := runConfig(t, cfg)
+			global, withBreaker := res["global"], res["global-breaker"]
+			if withBreaker.BreakerOpenedIn != 0 {
+				t.Errorf("%s fleet, seed %d: the breaker opened in %d environments in a partial outage", fleet, seed, withBreaker.BreakerOpenedIn)
+			}
+			if float64(withBreaker.FailedForGood) > 1.02*float64(global.FailedForGood) {
+				t.Errorf("%s fleet, seed %d: %d calls failed for good with the breaker, %d with the global ratio alone",
+					fleet, seed, withBreaker.FailedForGood, global.FailedForGood)
+			}
+		}
+	}
+}
