@@ -2,15 +2,15 @@ package breaker
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/internal/attempt"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // Permit is a call admitted by Allow. Pass it to Done with the call's
@@ -35,9 +35,6 @@ const (
 // Probe reports whether the permit is a half-open probe, whose outcome
 // closes or re-opens the breaker.
 func (p Permit) Probe() bool { return p.kind == permitProbe }
-
-// Start returns the time passed to the Allow that issued the permit.
-func (p Permit) Start() time.Time { return p.start }
 
 // The state word packs the generation with the flags that send a call off
 // the lock-free path. It is written only with mu held.
@@ -175,11 +172,12 @@ type event struct {
 }
 
 // New returns a closed breaker. name identifies it in a Store and in
-// errors; it must pass budget.ValidateName. New returns a *SettingsError
-// naming the field when s is invalid.
+// errors: 1 to 128 bytes of letters, digits, '-', '_', '.' and ':'. New
+// returns a *herdguard.ConfigError naming the name or the field of s it
+// rejects.
 func New(name string, s Settings) (*Breaker, error) {
-	if err := budget.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("herdguard: breaker name: %w", err)
+	if msg := names.Check(name); msg != "" {
+		return nil, &herdguard.ConfigError{Field: "breaker.New name", Reason: msg}
 	}
 	rs, err := s.resolve()
 	if err != nil {
@@ -190,7 +188,7 @@ func New(name string, s Settings) (*Breaker, error) {
 		s:      rs,
 		store:  rs.Store,
 		rand:   rs.Rand,
-		win:    newWindow(int64(rs.Window)/int64(rs.WindowSlots), rs.WindowSlots),
+		win:    newWindow(int64(rs.Window)/windowSlots, windowSlots),
 		probes: make([]time.Time, rs.HalfOpenProbes),
 		gen:    1,
 	}

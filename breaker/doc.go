@@ -75,7 +75,7 @@
 // failed), each counting for k calls; k is derived from the fleet's
 // request rate in the buckets so that about 250 calls a second are
 // sampled fleet-wide, whatever the fleet's size. An environment reports
-// what it sampled at most once per ReportInterval (1 s), Flush included,
+// what it sampled at most once a second, Flush included,
 // into the bucket of the report's time (one conditional write, refused if
 // the epoch moved), and drops samples older than the rolling window (an
 // environment frozen with samples pending). The failure that raised the
@@ -121,8 +121,8 @@
 // alone (OriginLocal).
 //
 // What it costs, per environment: quiet, one Load per 15 × CacheTTL and
-// no writes. Watching, one Load per CacheTTL and at most one report per
-// ReportInterval, and only while it samples something (about 250 sampled
+// no writes. Watching, one Load per CacheTTL and at most one report a
+// second, and only while it samples something (about 250 sampled
 // calls a second fleet-wide); one alarm per failure that finds the fleet
 // quiet, at most once per CacheTTL (almost always only the first
 // environment's, since a failure reads the state first). A trip or probe

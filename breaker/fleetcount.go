@@ -56,16 +56,16 @@ type pending struct {
 func (p *pending) empty() bool { return p.requests == 0 && p.samples == 0 }
 
 // Flush sends this environment's sampled fleet counts if its last report
-// is at least ReportInterval old (as of the latest time the breaker has
-// seen), and trips the fleet if the counts answered call for it. A Lambda
-// handler calls it before returning, since the execution environment may
-// be frozen afterwards; calling it after every invocation costs nothing
-// while the fleet is quiet (nothing is sampled) and at most one write per
-// ReportInterval otherwise. Without a Store, while the Store has failed
+// is at least a second old at now, and trips the fleet if the counts
+// answered call for it. A Lambda handler calls it before returning (with
+// retry.Executor.Flush, which passes the Executor's clock), since the
+// execution environment may be frozen afterwards; calling it after every
+// invocation costs nothing while the fleet is quiet (nothing is sampled)
+// and at most one write a second otherwise. Without a Store, while the Store has failed
 // (the local state machine decides), or with nothing due, Flush writes
 // nothing. It returns the Store's fault (an error satisfying
 // errors.Is(err, ErrStore)) or ctx's error.
-func (b *Breaker) Flush(ctx context.Context) error {
+func (b *Breaker) Flush(ctx context.Context, now time.Time) error {
 	if b.store == nil {
 		return nil
 	}
@@ -73,7 +73,8 @@ func (b *Breaker) Flush(ctx context.Context) error {
 		ctx = context.Background()
 	}
 	b.mu.Lock()
-	j := b.takeReportLocked(b.lastNow, false)
+	b.observeLocked(now)
+	j := b.takeReportLocked(now, false)
 	b.mu.Unlock()
 	if j.op == opNone {
 		return nil
@@ -194,7 +195,7 @@ func (b *Breaker) alarmLocked(now time.Time) job {
 	}
 	j := job{op: opAlarm, gen: b.gen, epoch: b.snap.Epoch, now: now, prevReport: b.lastReport}
 	b.lastAlarm = now
-	b.lastReport = now // the alarm is this environment's report for ReportInterval
+	b.lastReport = now // the alarm is this environment's report for the report interval
 	b.reportBusy = true
 	return j
 }
@@ -229,14 +230,14 @@ func (b *Breaker) runAlarm(ctx context.Context, j job) error {
 	return b.runReport(ctx, job{op: opReport, gen: j.gen, epoch: r.Epoch, now: j.now, report: r})
 }
 
-// reportDueLocked reports whether ReportInterval has passed since this
+// reportDueLocked reports whether the report interval has passed since this
 // environment's last report.
 func (b *Breaker) reportDueLocked(now time.Time) bool {
-	return b.lastReport.IsZero() || !now.Before(b.lastReport.Add(b.s.ReportInterval))
+	return b.lastReport.IsZero() || !now.Before(b.lastReport.Add(b.s.reportInterval))
 }
 
 // takeReportLocked returns the report to make now, if any: the counts
-// pending, once ReportInterval has passed since the last report (or at
+// pending, once the report interval has passed since the last report (or at
 // once with force). Counts older than the rolling window (an environment
 // frozen with counts pending) are dropped: they would be reported into a
 // bucket they were not gathered in. A report also goes, with no counts,

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/internal/fleetsim"
 )
 
@@ -33,7 +32,7 @@ func TestFleetGrid(t *testing.T) {
 	t.Logf("shared breaker over the fleet-shape grid (global ratio + breaker, library defaults):\n%s%s",
 		fleetsim.BreakerTable(fleetsim.Groups(results)), fleetsim.GridFooter(results, time.Since(start)))
 	for _, r := range results {
-		busy := float64(r.Cell.Envs)*r.Cell.CallsPerWindow >= 2*breaker.DefaultMinRequests
+		busy := float64(r.Cell.Envs)*r.Cell.CallsPerWindow >= 2*defaultMinRequests
 		if r.Cell.FailureRatio == 1 && busy && r.OpenedAfter() == fleetsim.Never {
 			t.Errorf("%v: the fleet never opened in a total outage", r.Cell)
 		}
@@ -67,7 +66,7 @@ func TestFleetGridAcceptance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("issue 10's acceptance over the grid:\n%s%s", fleetsim.BreakerTable(fleetsim.Groups(results)), fleetsim.GridFooter(results, time.Since(start)))
-	fr := breaker.DefaultFailureRatio
+	fr := defaultFailureRatio
 	for _, r := range results {
 		c := r.Cell
 		switch {
@@ -84,7 +83,7 @@ func TestFleetGridAcceptance(t *testing.T) {
 				continue
 			}
 			from := r.FailFrom + 2*r.Window
-			until := r.Breaker.FleetOpen + time.Duration(float64(breaker.DefaultOpenDuration)*(1-breaker.DefaultJitter))
+			until := r.Breaker.FleetOpen + time.Duration(float64(defaultOpenDuration)*(1-defaultJitter))
 			var slipped int64
 			for i, sec := range r.Seconds {
 				if at := time.Duration(i) * time.Second; at >= from && at+time.Second <= until {

@@ -99,14 +99,6 @@ type Budget interface {
 	AcquireRetry(ctx context.Context, now time.Time, kind Kind) (Release, error)
 }
 
-// Flusher is implemented by budgets that keep counts in memory and report
-// them to a remote store in batches. Flush reports what is pending; a Lambda
-// handler calls it before returning, because the execution environment may
-// be frozen or discarded afterwards.
-type Flusher interface {
-	Flush(ctx context.Context) error
-}
-
 var (
 	// ErrExhausted is the sentinel for a refused retry. Every refusal, from
 	// any layer, satisfies errors.Is(err, ErrExhausted).

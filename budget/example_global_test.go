@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/layers"
 	"github.com/herdguard/herdguard/local"
 )
 
@@ -70,7 +71,7 @@ func ExampleGlobal_layered() {
 	// retry.Executor uses, also reports the layers that abstained.
 	granted := 0
 	for range 5 {
-		release, err := budget.AcquireAll(context.Background(), now, budget.Transient,
+		release, err := layers.Acquire(context.Background(), now, budget.Transient,
 			[]budget.Budget{ratio, global}, func(layer int, err error) {
 				fmt.Println("layer", layer, "abstained:", errors.Is(err, budget.ErrUnavailable))
 			})

@@ -16,6 +16,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 	"github.com/herdguard/herdguard/internal/slothint"
 )
 
@@ -101,7 +102,7 @@ func (s *BreakerStore) fail(op, name string, err error) error {
 // as unprocessed, which it does under throttling) is an error, never a
 // snapshot without its override.
 func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot, error) {
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -250,7 +251,7 @@ const maxReportWrites = 3
 
 // validateReport checks Report's arguments.
 func validateReport(name string, r breaker.Report) error {
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return err
 	}
 	if r.Epoch > maxEpoch {
@@ -426,7 +427,7 @@ func (s *BreakerStore) writeState(ctx context.Context, op, name string, expr exp
 // and expressions.
 func transitionExpression(name string, prevEpoch uint64, next breaker.Snapshot) (string, expression.Expression, error) {
 	var none expression.Expression
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return "", none, err
 	}
 	if prevEpoch >= maxEpoch || next.Epoch != prevEpoch+1 {
@@ -550,7 +551,7 @@ func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint
 // expressions every slot's update shares.
 func probeExpression(name string, epoch uint64, limit int, now, leaseUntil time.Time) (expression.Expression, error) {
 	var none expression.Expression
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return none, err
 	}
 	if epoch > maxEpoch {
@@ -643,7 +644,7 @@ func (s *BreakerStore) SetOverride(ctx context.Context, name string, o breaker.O
 // and update expression.
 func overrideExpression(name string, o breaker.Override, until time.Time) (string, expression.Expression, error) {
 	var none expression.Expression
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return "", none, err
 	}
 	if _, err := breaker.ParseOverride(o.String()); err != nil {

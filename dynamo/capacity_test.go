@@ -12,6 +12,7 @@ import (
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/capacity"
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // itemSize returns the size DynamoDB bills for an item of string and
@@ -39,7 +40,7 @@ func itemSize(t *testing.T, a attrs) int {
 // read half a read unit, whatever the fleet's size. The breaker state
 // item, which holds the fleet's counts, is the largest.
 func TestItemsUnderOneWriteUnit(t *testing.T) {
-	name := strings.Repeat("n", budget.MaxNameLen)
+	name := strings.Repeat("n", names.MaxLen)
 	maxMs := nAV(strconv.FormatInt(maxUnixMilli, 10))
 
 	state := attrs{

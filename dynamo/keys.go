@@ -6,6 +6,7 @@ import (
 
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // OverrideKeyPattern is an IAM StringLike pattern for the condition key
@@ -52,7 +53,7 @@ const (
 
 // budgetKey returns "b#<name>#<shard>#<windowStartUnixMilli>".
 func budgetKey(k budget.Key) (string, error) {
-	if err := budget.ValidateName(k.Name); err != nil {
+	if err := names.Validate(k.Name); err != nil {
 		return "", err
 	}
 	if k.Shard < 0 || k.Shard >= MaxShards {

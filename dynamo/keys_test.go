@@ -11,6 +11,7 @@ import (
 	"github.com/herdguard/herdguard/budget"
 
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 func TestBudgetKey(t *testing.T) {
@@ -43,7 +44,7 @@ func TestBudgetKeyRejects(t *testing.T) {
 		{budget.Key{Name: "a/b", Window: w}, "'/'"},
 		{budget.Key{Name: "caf\xe9", Window: w}, "character"},
 		{budget.Key{Name: "tab\tname", Window: w}, "character"},
-		{budget.Key{Name: strings.Repeat("n", budget.MaxNameLen+1), Window: w}, "bytes long"},
+		{budget.Key{Name: strings.Repeat("n", names.MaxLen+1), Window: w}, "bytes long"},
 		{budget.Key{Name: "x", Shard: -1, Window: w}, "shard -1"},
 		{budget.Key{Name: "x", Shard: MaxShards, Window: w}, "shard 1024"},
 		{budget.Key{Name: "x"}, "zero time"},
@@ -61,7 +62,7 @@ func TestBudgetKeyRejects(t *testing.T) {
 // names that look like the layout's own suffixes, and checks that no two
 // distinct (kind, name, ...) tuples share a key.
 func TestKeysNeverCollide(t *testing.T) {
-	names := []string{"a", "b", "ab", "a:b", "override", "w", "p", "0", "a.override", "c", "b.0", "payments"}
+	keyNames := []string{"a", "b", "ab", "a:b", "override", "w", "p", "0", "a.override", "c", "b.0", "payments"}
 	windows := []int64{0, 1, 10, 1_700_000_000_000}
 	seen := map[string]string{}
 	add := func(key, what string) {
@@ -70,7 +71,7 @@ func TestKeysNeverCollide(t *testing.T) {
 		}
 		seen[key] = what
 	}
-	for _, n := range names {
+	for _, n := range keyNames {
 		add(layout.StateKey(n), "state "+n)
 		add(layout.OverrideKey(n), "override "+n)
 		for _, w := range windows {
@@ -143,7 +144,7 @@ func TestOverrideKeyPattern(t *testing.T) {
 		t.Errorf("OverrideKeyPattern = %q; SECURITY.md and template.yaml spell it c#*#override", OverrideKeyPattern)
 	}
 	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:"
-	names := rapid.Custom(func(t *rapid.T) string {
+	nameGen := rapid.Custom(func(t *rapid.T) string {
 		// Names that end like the suffix or embed it are the interesting ones.
 		base := rapid.StringOfN(rapid.SampledFrom([]rune(alphabet)), 1, 40, -1).Draw(t, "base")
 		switch rapid.IntRange(0, 3).Draw(t, "shape") {
@@ -157,8 +158,8 @@ func TestOverrideKeyPattern(t *testing.T) {
 		return base
 	})
 	rapid.Check(t, func(t *rapid.T) {
-		name := names.Draw(t, "name")
-		if err := budget.ValidateName(name); err != nil {
+		name := nameGen.Draw(t, "name")
+		if err := names.Validate(name); err != nil {
 			t.Fatalf("generated name %q is invalid: %v", name, err)
 		}
 		if k := layout.OverrideKey(name); !stringLike(OverrideKeyPattern, k) {

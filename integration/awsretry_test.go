@@ -119,7 +119,7 @@ func newFleetBudgets(t *testing.T, name string, localMin, globalFloor int, globa
 		t.Fatal(err)
 	}
 	g, err := budget.NewGlobal(store, name, budget.GlobalConfig{Ratio: globalRatio, Window: 10 * time.Second, Floor: globalFloor,
-		StoreTimeout: 2 * time.Second, Now: now})
+		StoreTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 		clock := &relFakeClock{now: time.Now()} // never moved: the SDK sleeps on its own
 		// Local: generous. Fleet: a floor of 2 and a ratio too small to add
 		// a retry, so it grants exactly 2 in the window.
-		lr, global := newFleetBudgets(t, "awsretry-global", 100, 2, budget.MinGlobalRatio, clock.Now)
+		lr, global := newFleetBudgets(t, "awsretry-global", 100, 2, 1e-6 /* the smallest ratio */, clock.Now)
 		f.useConfig(t, retry.Config{MaxAttempts: 3, Budgets: []budget.Budget{lr, global}, Clock: clock})
 
 		f.proxy.Set(faultproxy.Fault{Kind: faultproxy.InternalError})
@@ -212,7 +212,7 @@ func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 		}
 		for i, err := range errs[1:] {
 			var ex *budget.ExhaustedError
-			if !errors.Is(err, budget.ErrExhausted) || !errors.As(err, &ex) || !strings.HasPrefix(ex.Budget, budget.GlobalLayer) || ex.Attempts != 1 {
+			if !errors.Is(err, budget.ErrExhausted) || !errors.As(err, &ex) || !strings.HasPrefix(ex.Budget, "global:") || ex.Attempts != 1 {
 				t.Errorf("call %d: %v; want a refusal by the fleet budget after 1 attempt", i+2, err)
 			}
 			if d, ok := retry.RetryAfter(err); !ok || d <= 0 {

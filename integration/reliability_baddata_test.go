@@ -18,6 +18,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
+	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -299,7 +300,7 @@ func TestReliabilityBadBudgetItems(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				w := g.WindowOf(clock.Now())
+				w := globalcfg.WindowOf(g, clock.Now())
 				pk := fmt.Sprintf("b#%s#0#%d", name, w.UnixMilli())
 				item := relItem(pk, map[string]types.AttributeValue{"allowance": tc.allowance, "expires": relN("4102444800")})
 				relPut(t, admin, table, item)
@@ -419,7 +420,7 @@ func TestReliabilityBadNames(t *testing.T) {
 		{"forged-window", "payments#w#1700000000000", `'#'`}, // the fleet window items of older versions
 		{"forged-probe", "payments#p#0", `'#'`},
 		{"forged-shard", "payments#0#1700000000000", `'#'`}, // a budget named so would be shard 0 of "payments"
-		{"129-bytes", strings.Repeat("n", budget.MaxNameLen+1), "bytes long"},
+		{"129-bytes", strings.Repeat("n", 128+1), "bytes long"},
 		{"4096-bytes", strings.Repeat("n", 4096), "bytes long"},
 		{"not-utf8", "\xff\xfe", "character"},
 		{"nul", "pay\x00ments", "character"},
@@ -472,8 +473,8 @@ func TestReliabilityBadNames(t *testing.T) {
 
 	// The longest valid names, and names that share prefixes, each get
 	// their own items.
-	long := strings.Repeat("n", budget.MaxNameLen)
-	valid := []string{long, long[:budget.MaxNameLen-1], "p", "p.override", "p-w", "p:p:0", "P", "p_0"}
+	long := strings.Repeat("n", 128)
+	valid := []string{long, long[:128-1], "p", "p.override", "p-w", "p:p:0", "P", "p_0"}
 	for _, name := range valid {
 		if _, err := dbs.Apply(ctx, budget.Key{Name: name, Shard: 0, Window: now}, budget.Update{Floor: 1, Take: 1, Expires: now.Add(time.Minute)}); err != nil {
 			t.Errorf("budget %q: Apply: %v", name, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
+	"github.com/herdguard/herdguard/internal/knobs"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -309,8 +310,8 @@ type relFleetConfig struct {
 	Envs          int
 	Name          string        // budget and breaker name
 	StoreTimeout  time.Duration // both layers
-	CacheTTL      time.Duration // breaker; zero means breaker.DefaultCacheTTL (1 s)
-	FaultCooldown time.Duration // Global; zero means budget.DefaultFaultCooldown (1 s)
+	CacheTTL      time.Duration // breaker; zero means defaultCacheTTL (1 s)
+	FaultCooldown time.Duration // Global; zero means defaultFaultCooldown (1 s)
 	GlobalWindow  time.Duration
 	MaxAttempts   int
 	// Breaker settings (zero = the defaults the tests use).
@@ -332,10 +333,10 @@ func (c *relFleetConfig) fill() {
 		c.StoreTimeout = relStoreTimeout
 	}
 	if c.CacheTTL == 0 {
-		c.CacheTTL = breaker.DefaultCacheTTL
+		c.CacheTTL = defaultCacheTTL
 	}
 	if c.FaultCooldown == 0 {
-		c.FaultCooldown = budget.DefaultFaultCooldown
+		c.FaultCooldown = defaultFaultCooldown
 	}
 	if c.GlobalWindow == 0 {
 		c.GlobalWindow = time.Second
@@ -424,23 +425,24 @@ func newRelFleet(t testing.TB, api dynamo.API, table string, cfg relFleetConfig)
 		if err != nil {
 			t.Fatalf("budget.NewGlobal: %v", err)
 		}
-		e.brk, err = breaker.New(cfg.Name, breaker.Settings{
-			Store:          cs,
-			CacheTTL:       cfg.CacheTTL,
-			StoreTimeout:   cfg.StoreTimeout,
-			MinRequests:    cfg.MinRequests,
-			Window:         2 * time.Second,
-			OpenDuration:   cfg.OpenDuration,
-			ProbeLease:     cfg.ProbeLease,
-			ReportInterval: 200 * time.Millisecond,
-			Rand:           rand.New(rand.NewPCG(cfg.Seed, 1000+uint64(i))).Float64,
-			OnStoreError:   func(string, error) { e.breakerFaults.Add(1) },
+		bset := breaker.Settings{
+			Store:        cs,
+			CacheTTL:     cfg.CacheTTL,
+			StoreTimeout: cfg.StoreTimeout,
+			MinRequests:  cfg.MinRequests,
+			Window:       2 * time.Second,
+			OpenDuration: cfg.OpenDuration,
+			ProbeLease:   cfg.ProbeLease,
+			Rand:         rand.New(rand.NewPCG(cfg.Seed, 1000+uint64(i))).Float64,
+			OnStoreError: func(string, error) { e.breakerFaults.Add(1) },
 			OnStateChange: func(c breaker.StateChange) {
 				e.mu.Lock()
 				e.states = append(e.states, c.To)
 				e.mu.Unlock()
 			},
-		})
+		}
+		knobs.BreakerReportInterval(&bset, 200*time.Millisecond)
+		e.brk, err = breaker.New(cfg.Name, bset)
 		if err != nil {
 			t.Fatalf("breaker.New: %v", err)
 		}

@@ -28,7 +28,7 @@
 //     idle time paid for;
 //  5. the breaker gate for the next attempt, before any budget is asked, so
 //     that a retry the breaker rejects is never charged to them;
-//  6. the budgets (Config.Budgets, asked in order with budget.AcquireAll:
+//  6. the budgets (Config.Budgets, asked in order:
 //     the local in-memory one, then the fleet-wide one). A refusal ends the
 //     call with a *budget.ExhaustedError and hands the breaker's permit back
 //     as Excluded; a layer whose store failed is reported to OnStoreError

@@ -63,7 +63,7 @@ type Config struct {
 	Idempotent bool
 
 	// Budgets are asked, in order, before every retry; all must grant
-	// (budget.AcquireAll). Put the in-memory local budget first and the
+	// (see Executor.AcquireRetry). Put the in-memory local budget first and the
 	// fleet-wide one after it, so that a local refusal costs no store call.
 	// A layer that cannot reach its store is reported to OnStoreError and
 	// abstains or refuses, as it chooses (budget.Global refuses unless
@@ -316,15 +316,34 @@ func DoIdempotent[T any](ctx context.Context, e *Executor, idempotent bool, op f
 	return run(ctx, e, call{idempotent: idempotent}, op)
 }
 
-// Flush flushes the budgets that keep counts in memory (budget.FlushAll)
-// and the breaker, and joins their errors. A Lambda handler calls it
-// before returning.
+// Flush reports what the budgets and the breaker keep in memory for the
+// fleet (budget.Global's unreported requests, the breaker's sampled
+// counts), at the time the Executor's Clock reads, and joins their errors.
+// It writes nothing while the fleet is healthy. A Lambda handler calls it
+// before returning, since the execution environment may be frozen
+// afterwards.
 func (e *Executor) Flush(ctx context.Context) error {
-	err := budget.FlushAll(ctx, e.budgets)
-	if e.breaker != nil {
-		err = errors.Join(err, e.breaker.Flush(ctx))
+	now := e.now()
+	var errs []error
+	for _, b := range e.budgets {
+		if f, ok := b.(flusher); ok {
+			if err := f.Flush(ctx, now); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
-	return err
+	if e.breaker != nil {
+		if err := e.breaker.Flush(ctx, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// flusher is a budget that keeps counts in memory and reports them to a
+// store in batches, as budget.Global does.
+type flusher interface {
+	Flush(ctx context.Context, now time.Time) error
 }
 
 // call holds the per-call settings of run.

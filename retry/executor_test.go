@@ -588,12 +588,16 @@ func TestPanicInOpIsAccounted(t *testing.T) {
 func TestFlush(t *testing.T) {
 	errStore := errors.New("store down")
 	a, b := &fakeBudget{}, &fakeBudget{flush: errStore}
-	e := mustNew(t, retry.Config{Budgets: []budget.Budget{a, b}, Breaker: mustBreaker(t)})
+	now := time.Unix(1_700_000_000, 0)
+	e := mustNew(t, retry.Config{Budgets: []budget.Budget{a, b}, Breaker: mustBreaker(t), Clock: fixedClock{now}})
 	if err := e.Flush(context.Background()); !errors.Is(err, errStore) {
 		t.Errorf("Flush = %v; want the store error", err)
 	}
 	if a.flushed != 1 || b.flushed != 1 {
 		t.Errorf("flushed %d, %d times; want 1, 1", a.flushed, b.flushed)
+	}
+	if !a.flushedAt.Equal(now) || !b.flushedAt.Equal(now) {
+		t.Errorf("flushed at %v and %v; want the Executor's clock, %v", a.flushedAt, b.flushedAt, now)
 	}
 }
 

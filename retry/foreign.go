@@ -7,6 +7,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/layers"
 )
 
 // StartAttempt and AcquireRetry are the Executor's hook for retry loops it
@@ -86,7 +87,7 @@ func (e *Executor) StartAttempt(ctx context.Context, attempt int) (done func(err
 // would end within DeadlineMargin of ctx's deadline, ends the call at once
 // with a *GiveUpError wrapping ev.Err (Reason RetryAfterTooLong or
 // DeadlineTooClose) and nothing spent. Then every budget must grant
-// (budget.AcquireAll, in order): a refusal is a *budget.ExhaustedError
+// (in order): a refusal is a *budget.ExhaustedError
 // carrying ev.Attempt and ev.Err (errors.Is(err, budget.ErrExhausted)), and
 // OnBudgetExhausted, OnGiveUp and OnStoreError see what they see for Do. A
 // grant is reported to OnRetry with ev, and its Release must be called
@@ -150,7 +151,7 @@ func (e *Executor) settle(ctx context.Context, now time.Time, permit *breaker.Pe
 // checked, and reports a grant to OnRetry. A refusal is the error to return
 // to the caller. Do and AcquireRetry share it.
 func (e *Executor) grant(ctx context.Context, now time.Time, ev RetryEvent) (budget.Release, error) {
-	rel, err := budget.AcquireAll(ctx, now, ev.Kind, e.budgets, e.storeErr)
+	rel, err := layers.Acquire(ctx, now, ev.Kind, e.budgets, e.storeErr)
 	if err != nil {
 		return nil, e.exhausted(ctx, ev.Attempt, ev.Err, err, ev.Delay)
 	}

@@ -20,7 +20,7 @@ import (
 func TestBreakerRejectedRetryChargesNoBudget(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	store := memstore.NewBudgetStore(memstore.Options{Now: func() time.Time { return now }})
-	global, err := budget.NewGlobal(store, "partner", budget.GlobalConfig{Floor: 5, Now: func() time.Time { return now }})
+	global, err := budget.NewGlobal(store, "partner", budget.GlobalConfig{Floor: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,9 +63,10 @@ type fakeBudget struct {
 	acquires  []budget.Kind
 	outcomes  []budget.Outcome
 	// refuse, if set, is returned by AcquireRetry instead of a grant.
-	refuse  error
-	flushed int
-	flush   error
+	refuse    error
+	flushed   int
+	flushedAt time.Time
+	flush     error
 }
 
 func (b *fakeBudget) RecordRequest(time.Time) { b.mu.Lock(); b.requests++; b.mu.Unlock() }
@@ -85,10 +86,11 @@ func (b *fakeBudget) AcquireRetry(_ context.Context, _ time.Time, k budget.Kind)
 	}, nil
 }
 
-func (b *fakeBudget) Flush(context.Context) error {
+func (b *fakeBudget) Flush(_ context.Context, now time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.flushed++
+	b.flushedAt = now
 	return b.flush
 }
 

@@ -26,7 +26,6 @@ func TestStoreFaultIsReportedFailOpenAndClosed(t *testing.T) {
 		now := time.Unix(1_700_000_000, 0)
 		global, err := budget.NewGlobal(store, "partner", budget.GlobalConfig{
 			FailOpen: !failClosed,
-			Now:      func() time.Time { return now },
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // CallTimeout bounds every store call the suite makes.
@@ -67,10 +67,10 @@ func (s *suite) name(t *testing.T) string {
 		sub = sub[i+1:]
 	}
 	name := fmt.Sprintf("%s.%s.%d", s.run, sanitize(sub), n)
-	if len(name) > budget.MaxNameLen {
-		name = name[:budget.MaxNameLen]
+	if len(name) > names.MaxLen {
+		name = name[:names.MaxLen]
 	}
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		t.Fatalf("breakertest: generated an invalid name: %v", err)
 	}
 	return name
@@ -691,7 +691,7 @@ func (s *suite) canceledContext(t *testing.T) {
 func (s *suite) invalidNameRejected(t *testing.T) {
 	st := s.newStore(t)
 	t0 := base()
-	for _, name := range []string{"", "has#hash", "has space", strings.Repeat("n", budget.MaxNameLen+1)} {
+	for _, name := range []string{"", "has#hash", "has space", strings.Repeat("n", names.MaxLen+1)} {
 		ctx, cancel := callCtx(t)
 		_, errLoad := st.Load(ctx, name)
 		_, errReport := st.Report(ctx, name, breaker.Report{Bucket: bucket0(), Requests: 1, Successes: 1, Samples: 1})

@@ -360,7 +360,7 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 	// MinRequests-th. 16 invocations span 3.75 s, well inside midWindow's
 	// 10 s window and well past the few reports the breaker needs.
 	const (
-		step        = breaker.DefaultReportInterval / 4
+		step        = time.Second / 4 // the breaker reports at most once a second
 		invocations = 16
 	)
 	var resp events.APIGatewayV2HTTPResponse
@@ -378,7 +378,7 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 		t.Fatalf("breaker never opened in %d invocations %v apart; partner calls %d", invocations, step, p.calls.Load())
 	}
 	secs := retryAfterHeader(t, resp)
-	if maxSecs := int(cfg.OpenDuration.Seconds()*(1+breaker.DefaultJitter)) + 1; secs > maxSecs {
+	if maxSecs := int(cfg.OpenDuration.Seconds()*(1+0.2)) + 1; secs > maxSecs {
 		t.Errorf("Retry-After %d s, above the open duration %v plus jitter", secs, cfg.OpenDuration)
 	}
 	if b := decodeError(t, resp); b.Reason != reasonBreakerOpen {

@@ -108,7 +108,6 @@ func newFunction(cfg Config, d deps) (*function, error) {
 		Floor:        floor,
 		Shards:       cfg.Shards,
 		StoreTimeout: cfg.StoreTimeout,
-		Now:          clock.Now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bikes: global budget: %w", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/retry"
 )
 
@@ -95,7 +96,7 @@ func (s EnvSpec) ObserveRetry(cfg *retry.Config) {
 func (s EnvSpec) ObserveGlobal(b budget.Budget) budget.Budget {
 	rec := s.rec
 	if g, ok := b.(*budget.Global); ok && !rec.hasGlobal {
-		cfg := g.Config()
+		cfg := globalcfg.Of(g)
 		if cfg.Window != rec.window {
 			rec.fail(fmt.Errorf("fleetsim: the global budget's Window (%v) is not the run's Window (%v)", cfg.Window, rec.window))
 		}
@@ -104,7 +105,7 @@ func (s EnvSpec) ObserveGlobal(b budget.Budget) budget.Budget {
 		rec.floor = float64(max(cfg.Floor, 0))
 	}
 	ob := &observedBudget{b: b, rec: rec, env: s.env}
-	if f, ok := b.(budget.Flusher); ok {
+	if f, ok := b.(flusher); ok {
 		ob.flush = f
 	}
 	ob.global, _ = b.(*budget.Global)
@@ -137,7 +138,7 @@ func (s EnvSpec) ObserveBreaker(st *breaker.Settings) {
 // observedBudget counts a budget layer's traffic at its interface.
 type observedBudget struct {
 	b      budget.Budget
-	flush  budget.Flusher
+	flush  flusher
 	global *budget.Global // b, if it is one
 	rec    *recorder
 	env    *env
@@ -195,12 +196,18 @@ func (o *observedBudget) release(start time.Duration, rel budget.Release) budget
 	}
 }
 
-func (o *observedBudget) Flush(ctx context.Context) error {
+// flusher is a budget that reports counts in batches, as budget.Global
+// does; retry.Executor.Flush calls it.
+type flusher interface {
+	Flush(ctx context.Context, now time.Time) error
+}
+
+func (o *observedBudget) Flush(ctx context.Context, now time.Time) error {
 	if o.flush == nil {
 		return nil
 	}
 	carried := o.carried()
-	err := o.flush.Flush(ctx)
+	err := o.flush.Flush(ctx, now)
 	o.rec.now().Global.Carried += o.carried() - carried
 	return err
 }
@@ -257,7 +264,6 @@ func (h Herdguard) NewEnv(spec EnvSpec) (Env, error) {
 	}
 	if h.Global != nil {
 		gc := *h.Global
-		gc.Now = spec.Clock.Now
 		gc.Rand = spec.Rand
 		if gc.StoreTimeout == 0 {
 			gc.StoreTimeout = SimStoreTimeout

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 	"github.com/herdguard/herdguard/internal/slothint"
 )
 
@@ -105,7 +105,7 @@ func invalid(op, name, format string, args ...any) error {
 
 // begin validates name and runs the common checks of every operation.
 func (s *BreakerStore) begin(ctx context.Context, op, name string) error {
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return storeError(op, name, err)
 	}
 	if err := s.opts.begin(ctx, op); err != nil {

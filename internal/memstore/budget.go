@@ -9,6 +9,7 @@ import (
 
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // BudgetStore is an in-memory budget.Store: the allowance of every window
@@ -107,7 +108,7 @@ func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) 
 }
 
 func checkUpdate(k budget.Key, u budget.Update) error {
-	if err := budget.ValidateName(k.Name); err != nil {
+	if err := names.Validate(k.Name); err != nil {
 		return fmt.Errorf("local: budget store apply: %w", err)
 	}
 	var field string
