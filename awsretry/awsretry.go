@@ -29,9 +29,9 @@
 //   - every retry asks the budgets (GetRetryToken), charged as
 //     budget.Throttling when the SDK calls the error throttling and as
 //     budget.Transient otherwise. A refusal ends the call with the SDK's
-//     last error joined to a *budget.ExhaustedError (errors.Is(err,
-//     budget.ErrExhausted) holds, and retry.RetryAfter(err) gives the
-//     budget's hint). As in retry.Do, a wait that would end within the
+//     last error joined to a *retry.GiveUpError with Reason BudgetExhausted
+//     (errors.Is(err, budget.ErrExhausted) holds, and retry.RetryAfter(err)
+//     gives the budget's hint). As in retry.Do, a wait that would end within the
 //     Executor's DeadlineMargin of the context's deadline, or a server hint
 //     above its MaxRetryAfter, ends the call at once with a
 //     *retry.GiveUpError and spends nothing;

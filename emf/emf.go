@@ -17,17 +17,18 @@
 //
 //	rec, err := emf.New(os.Stdout, emf.Options{Namespace: "Herdguard",
 //		Dimensions: map[string]string{"FunctionName": fn, "Partner": "payments"}})
-//	br, err := breaker.New("payments", breaker.Settings{Store: ..., OnStoreError: rec.BreakerStoreError,
-//		OnStateChange: func(c breaker.StateChange) { rec.Transition(c.From, c.To, c.Origin == breaker.OriginWrote) }})
+//	br, err := breaker.New("payments", breaker.Settings{Store: ...,
+//		OnStateChange: rec.StateChange, OnStoreError: rec.BreakerStoreError})
 //	exec, err := retry.New(retry.Config{Budgets: ..., Breaker: br,
-//		OnRetry: rec.Retry, OnBudgetExhausted: rec.BudgetExhausted, OnStoreError: rec.StoreError, OnGiveUp: rec.GiveUp})
+//		OnRetry: rec.Retry, OnGiveUp: rec.GiveUp, OnStoreError: rec.StoreError})
 //	// at the end of every invocation, after exec.Flush:
 //	err = rec.Flush()
 //
 // The metrics, all of unit Count and summed over the flush:
 //
 //   - Retries: retries the budgets granted (OnRetry).
-//   - BudgetExhausted: retries a budget refused (OnBudgetExhausted).
+//   - BudgetExhausted: retries a budget refused (OnGiveUp with Reason
+//     BudgetExhausted).
 //   - BreakerRejected: calls or retries the breaker refused, the open state
 //     doing its job (OnGiveUp with Reason BreakerOpen).
 //   - BudgetStoreErrors, BreakerStoreErrors: faults of the budgets' and the
@@ -38,7 +39,8 @@
 //     breaker every environment that learns of a fleet transition counts
 //     it, so their sum over the fleet is the number of environments told.
 //   - BreakerOpenedWritten, BreakerHalfOpenedWritten, BreakerClosedWritten:
-//     those of them this environment made itself (Transition's wrote): with
+//     those of them this environment decided itself rather than followed
+//     (StateChange.Origin is not breaker.OriginFollowed): with
 //     a shared breaker, one per fleet transition, whatever the fleet's size.
 //
 // A Recorder is safe for concurrent use. Keep one per partner, like its
@@ -164,29 +166,27 @@ func New(w io.Writer, o Options) (*Recorder, error) {
 // Retry counts a granted retry; it is a retry.Config.OnRetry.
 func (r *Recorder) Retry(retry.RetryEvent) { r.add(mRetries) }
 
-// BudgetExhausted counts a refused retry; it is a
-// retry.Config.OnBudgetExhausted. The refusing budget's name is listed in
-// the flushed object's ExhaustedBudgets property (a log field, not a
-// dimension: it costs no extra metric).
-func (r *Recorder) BudgetExhausted(ex *budget.ExhaustedError) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.counts[mBudgetExhausted]++
-	if ex != nil && ex.Budget != "" {
-		r.exhausted[ex.Budget] = struct{}{}
-	}
-}
-
 // StoreError counts a fault of a budget's store; it is a
 // retry.Config.OnStoreError.
 func (r *Recorder) StoreError(int, error) { r.add(mBudgetStoreErrors) }
 
-// GiveUp counts the calls the breaker refused; it is a
-// retry.Config.OnGiveUp. Other give-ups are the caller's to count (budget
-// refusals are counted by BudgetExhausted).
-func (r *Recorder) GiveUp(ev retry.GiveUpEvent) {
-	if ev.Reason == retry.BreakerOpen {
+// GiveUp counts the calls the breaker refused and the retries a budget
+// refused; it is a retry.Config.OnGiveUp. The refusing budget's name is
+// listed in the flushed object's ExhaustedBudgets property (a log field,
+// not a dimension: it costs no extra metric). Other give-ups are the
+// caller's to count.
+func (r *Recorder) GiveUp(gu *retry.GiveUpError) {
+	switch gu.Reason {
+	case retry.BreakerOpen:
 		r.add(mBreakerRejected)
+	case retry.BudgetExhausted:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.counts[mBudgetExhausted]++
+		var ex *budget.ExhaustedError
+		if errors.As(gu.Cause, &ex) && ex.Budget != "" {
+			r.exhausted[ex.Budget] = struct{}{}
+		}
 	}
 }
 
@@ -194,20 +194,21 @@ func (r *Recorder) GiveUp(ev retry.GiveUpEvent) {
 // breaker.Settings.OnStoreError.
 func (r *Recorder) BreakerStoreError(string, error) { r.add(mBreakerStoreErrors) }
 
-// Transition counts a change of the breaker's state from from to to, seen
-// by this environment (breaker.Settings.OnStateChange). wrote says that this
-// environment made the change itself (for a shared breaker, wrote the fleet's
-// transition) rather than followed one made elsewhere; such a change is also
+// StateChange counts a change of the breaker's state seen by this
+// environment; it is a breaker.Settings.OnStateChange. A change this
+// environment decided itself rather than followed (Origin OriginWrote: it
+// wrote the fleet's transition; or OriginLocal: a breaker without a Store,
+// or one running on its local state machine while its Store fails) is also
 // counted in the metric named ...Written.
-func (r *Recorder) Transition(from, to breaker.State, wrote bool) {
-	names, ok := transitionNames[to]
-	if !ok || from == to {
+func (r *Recorder) StateChange(c breaker.StateChange) {
+	names, ok := transitionNames[c.To]
+	if !ok || c.From == c.To {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.counts[names[0]]++
-	if wrote {
+	if c.Origin != breaker.OriginFollowed {
 		r.counts[names[1]]++
 	}
 }

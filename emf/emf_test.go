@@ -93,16 +93,15 @@ func TestFlushIsOneEMFObject(t *testing.T) {
 	boom := errors.New("boom")
 	r.Retry(retry.RetryEvent{})
 	r.Retry(retry.RetryEvent{})
-	r.BudgetExhausted(&budget.ExhaustedError{Budget: "local-ratio"})
+	r.GiveUp(&retry.GiveUpError{Reason: retry.BudgetExhausted, Cause: &budget.ExhaustedError{Budget: "local-ratio"}})
 	r.StoreError(1, boom)
 	r.BreakerStoreError("load", boom)
-	r.GiveUp(retry.GiveUpEvent{Reason: retry.BreakerOpen})
-	r.GiveUp(retry.GiveUpEvent{Reason: retry.AttemptsExhausted}) // not counted
-	r.GiveUp(retry.GiveUpEvent{Reason: retry.BudgetExhausted})   // counted by BudgetExhausted
-	r.Transition(breaker.Closed, breaker.Open, true)
-	r.Transition(breaker.Closed, breaker.Open, false)
-	r.Transition(breaker.Open, breaker.HalfOpen, false)
-	r.Transition(breaker.Open, breaker.Open, true) // no change
+	r.GiveUp(&retry.GiveUpError{Reason: retry.BreakerOpen})
+	r.GiveUp(&retry.GiveUpError{Reason: retry.AttemptsExhausted}) // not counted
+	r.StateChange(breaker.StateChange{From: breaker.Closed, To: breaker.Open, Origin: breaker.OriginWrote})
+	r.StateChange(breaker.StateChange{From: breaker.Closed, To: breaker.Open, Origin: breaker.OriginFollowed})
+	r.StateChange(breaker.StateChange{From: breaker.Open, To: breaker.HalfOpen, Origin: breaker.OriginFollowed})
+	r.StateChange(breaker.StateChange{From: breaker.Open, To: breaker.Open, Origin: breaker.OriginWrote}) // no change
 	if err := r.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +141,7 @@ func TestFlushIsOneEMFObject(t *testing.T) {
 	if err := r.Flush(); err != nil || buf.Len() != 0 {
 		t.Errorf("empty flush wrote %q (%v)", buf.String(), err)
 	}
-	r.Transition(breaker.HalfOpen, breaker.Closed, true)
+	r.StateChange(breaker.StateChange{From: breaker.HalfOpen, To: breaker.Closed, Origin: breaker.OriginLocal})
 	if err := r.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +227,11 @@ func TestConcurrentCountsAndFlushes(t *testing.T) {
 			defer wg.Done()
 			for j := 0; j < 500; j++ {
 				r.Retry(retry.RetryEvent{})
-				r.Transition(breaker.Closed, breaker.Open, j%2 == 0)
+				o := breaker.OriginFollowed
+				if j%2 == 0 {
+					o = breaker.OriginWrote
+				}
+				r.StateChange(breaker.StateChange{From: breaker.Closed, To: breaker.Open, Origin: o})
 			}
 		}()
 		go func() {
@@ -262,7 +265,7 @@ func TestHooksOfAnExecutor(t *testing.T) {
 	var buf bytes.Buffer
 	r := newRecorder(t, &buf, time.Now())
 	br, err := breaker.New("payments", breaker.Settings{ConsecutiveFailures: 3,
-		OnStateChange: func(c breaker.StateChange) { r.Transition(c.From, c.To, c.Origin != breaker.OriginFollowed) }})
+		OnStateChange: r.StateChange})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +280,7 @@ func TestHooksOfAnExecutor(t *testing.T) {
 	})
 	exec, err := retry.New(retry.Config{MaxAttempts: 3, Budgets: []budget.Budget{b}, Breaker: br,
 		TransientBase: time.Microsecond, MaxDelay: time.Microsecond,
-		OnRetry: r.Retry, OnBudgetExhausted: r.BudgetExhausted, OnStoreError: r.StoreError, OnGiveUp: r.GiveUp})
+		OnRetry: r.Retry, OnStoreError: r.StoreError, OnGiveUp: r.GiveUp})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -212,7 +212,9 @@ func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 		}
 		for i, err := range errs[1:] {
 			var ex *budget.ExhaustedError
-			if !errors.Is(err, budget.ErrExhausted) || !errors.As(err, &ex) || !strings.HasPrefix(ex.Budget, "global:") || ex.Attempts != 1 {
+			var gu *retry.GiveUpError
+			if !errors.Is(err, budget.ErrExhausted) || !errors.As(err, &ex) || !strings.HasPrefix(ex.Budget, "global:") ||
+				!errors.As(err, &gu) || gu.Attempts != 1 {
 				t.Errorf("call %d: %v; want a refusal by the fleet budget after 1 attempt", i+2, err)
 			}
 			if d, ok := retry.RetryAfter(err); !ok || d <= 0 {

@@ -110,8 +110,19 @@ func TestVerdictAndReasonStrings(t *testing.T) {
 		(&retry.GiveUpError{Err: status(504)}).Timeout() != false {
 		t.Errorf("GiveUpError.Timeout does not follow the partner's error")
 	}
-	gu := &retry.GiveUpError{Attempts: 3, Reason: retry.AttemptsExhausted, Err: status(503)}
-	if got, want := gu.Error(), "herdguard: gave up after 3 attempt(s) (attempts exhausted): herdguard: partner answered 503 Service Unavailable"; got != want {
-		t.Errorf("GiveUpError.Error() = %q, want %q", got, want)
+	for _, tc := range []struct {
+		gu   *retry.GiveUpError
+		want string
+	}{
+		{&retry.GiveUpError{Attempts: 3, Reason: retry.AttemptsExhausted, Err: status(503)},
+			"herdguard: gave up after 3 attempt(s) (attempts exhausted): partner answered 503 Service Unavailable"},
+		{&retry.GiveUpError{Attempts: 2, Reason: retry.BudgetExhausted, Err: status(503), Cause: &budget.ExhaustedError{Budget: "local-ratio"}},
+			"herdguard: gave up after 2 attempt(s) (budget exhausted): partner answered 503 Service Unavailable; retry budget exhausted (local-ratio)"},
+		{&retry.GiveUpError{Reason: retry.ContextDone, Cause: context.Canceled},
+			"herdguard: context done: context canceled"},
+	} {
+		if got := tc.gu.Error(); got != tc.want {
+			t.Errorf("GiveUpError.Error() = %q, want %q", got, tc.want)
+		}
 	}
 }

@@ -10,8 +10,7 @@
 // runs:
 //
 //  1. the breaker gate (Config.Breaker.Allow): an open breaker rejects the
-//     attempt with a *breaker.OpenError carrying the time until its next
-//     probe;
+//     attempt, with the time until its next probe;
 //  2. the attempt, optionally bounded by Config.AttemptTimeout;
 //  3. classification of its error (see Classifier) and the outcome for the
 //     breaker: Success for a success and for the caller's own mistakes
@@ -30,8 +29,7 @@
 //     that a retry the breaker rejects is never charged to them;
 //  6. the budgets (Config.Budgets, asked in order:
 //     the local in-memory one, then the fleet-wide one). A refusal ends the
-//     call with a *budget.ExhaustedError and hands the breaker's permit back
-//     as Excluded; a layer whose store failed is reported to OnStoreError
+//     call and hands the breaker's permit back as Excluded; a layer whose store failed is reported to OnStoreError
 //     and abstains or refuses, as it chooses (budget.Global refuses unless
 //     configured with FailOpen);
 //  7. the wait, through Config.Clock, which returns early when the context
@@ -45,15 +43,14 @@
 //
 // # Errors
 //
-// When the executor gives up on the partner's answer it returns a
-// *GiveUpError wrapping the partner's error: errors.Is and errors.As reach
-// the original (a *StatusError, a net.Error, ...), and Attempts and Reason
-// say how it ended. A budget's refusal is a *budget.ExhaustedError
-// (errors.Is(err, budget.ErrExhausted)) holding the attempt count and the
-// partner's error; a breaker's is a *breaker.OpenError
-// (errors.Is(err, breaker.ErrOpen)). RetryAfter extracts the hint any of
-// them carries, so that a handler can answer 503 with a Retry-After rather
-// than retrying on top:
+// Every error the Executor returns is a *GiveUpError: Reason and Attempts
+// say how the call ended, and it unwraps to the partner's last error
+// (errors.Is and errors.As reach a *StatusError, a net.Error, ...) and to
+// what stopped the call when that was not the partner: a budget's
+// *budget.ExhaustedError (errors.Is(err, budget.ErrExhausted)), the
+// breaker's *breaker.OpenError (errors.Is(err, breaker.ErrOpen)), or the
+// context's error. RetryAfter extracts the hint it carries, so that a
+// handler can answer 503 with a Retry-After rather than retrying on top:
 //
 //	err := e.Do(ctx, op)
 //	if d, ok := retry.RetryAfter(err); ok && (errors.Is(err, budget.ErrExhausted) || errors.Is(err, breaker.ErrOpen)) {
@@ -86,7 +83,7 @@
 //
 // # Hooks, logging and Flush
 //
-// OnRetry, OnGiveUp, OnBudgetExhausted and OnStoreError observe the loop;
+// OnRetry, OnGiveUp and OnStoreError observe the loop;
 // breaker state changes are reported by the breaker itself, through
 // breaker.Settings.OnStateChange. A *slog.Logger (nil by default: silent)
 // logs budget exhaustion and store faults at Warn and give-ups at Info (at

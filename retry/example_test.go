@@ -131,9 +131,9 @@ func ExampleRetryAfter() {
 		return &retry.StatusError{StatusCode: http.StatusServiceUnavailable}
 	})
 
-	var exhausted *budget.ExhaustedError
-	if errors.As(err, &exhausted) {
-		fmt.Println("budget exhausted after", exhausted.Attempts, "attempts")
+	var gu *retry.GiveUpError
+	if errors.As(err, &gu) && gu.Reason == retry.BudgetExhausted {
+		fmt.Println("budget exhausted after", gu.Attempts, "attempts")
 	}
 	if d, ok := retry.RetryAfter(err); ok {
 		secs := int(math.Ceil(d.Seconds()))

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	attemptctx "github.com/herdguard/herdguard/internal/attempt"
@@ -91,13 +92,11 @@ type Config struct {
 	// OnRetry is called before every backoff wait, after the budgets
 	// granted the retry.
 	OnRetry func(RetryEvent)
-	// OnGiveUp is called whenever a call ends with an error after the
-	// executor decided not to go on (including budget and breaker
-	// refusals).
-	OnGiveUp func(GiveUpEvent)
-	// OnBudgetExhausted is called when a budget refuses a retry, with the
-	// error about to be returned.
-	OnBudgetExhausted func(*budget.ExhaustedError)
+	// OnGiveUp is called whenever a call ends with an error, with the
+	// error about to be returned: the partner's last error, a budget's
+	// refusal (Reason BudgetExhausted), the breaker's (BreakerOpen), the
+	// context's end (ContextDone).
+	OnGiveUp func(*GiveUpError)
 	// OnStoreError is called when budget layer Budgets[layer] could not
 	// reach its store (it then abstained, or refused if it fails closed).
 	OnStoreError func(layer int, err error)
@@ -121,28 +120,10 @@ type RetryEvent struct {
 	Kind budget.Kind
 }
 
-// GiveUpEvent describes a call that ends in an error.
-type GiveUpEvent struct {
-	// Attempts is the number of attempts made (0 when the breaker rejected
-	// the first one).
-	Attempts int
-	// Reason is why the executor stopped.
-	Reason Reason
-	// Err is the error returned to the caller.
-	Err error
+// configError is a Config field New rejected.
+func configError(field, reason string) error {
+	return &herdguard.ConfigError{Field: "retry.Config." + field, Reason: reason}
 }
-
-// ConfigError is a Config field New rejected.
-type ConfigError struct {
-	// Field is the name of the Config field, e.g. "MaxAttempts" or
-	// "Budgets[1]".
-	Field string
-	// Reason says what is wrong with it.
-	Reason string
-}
-
-// Error names the field and the reason.
-func (e *ConfigError) Error() string { return "herdguard: retry Config." + e.Field + " " + e.Reason }
 
 // Executor runs calls with retries behind a breaker and retry budgets. It
 // is immutable after New and safe for concurrent use; keep one per partner
@@ -164,12 +145,11 @@ type Executor struct {
 	sys         bool // clock is SystemClock: time an attempt with the monotonic clock
 	rand        func() float64
 
-	onRetry           func(RetryEvent)
-	onGiveUp          func(GiveUpEvent)
-	onBudgetExhausted func(*budget.ExhaustedError)
-	onStoreError      func(int, error)
-	logger            *slog.Logger
-	storeErr          func(int, error) // nil when nobody listens
+	onRetry      func(RetryEvent)
+	onGiveUp     func(*GiveUpError)
+	onStoreError func(int, error)
+	logger       *slog.Logger
+	storeErr     func(int, error) // nil when nobody listens
 }
 
 // New validates cfg, fills in the defaults and returns an Executor.
@@ -178,38 +158,37 @@ func New(cfg Config) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{
-		maxAttempts:       cfg.MaxAttempts,
-		transientBase:     cfg.TransientBase,
-		throttlingBase:    cfg.ThrottlingBase,
-		maxDelay:          cfg.MaxDelay,
-		attemptTimeout:    cfg.AttemptTimeout,
-		margin:            cfg.DeadlineMargin,
-		maxRetryAfter:     cfg.MaxRetryAfter,
-		idempotent:        cfg.Idempotent,
-		breaker:           cfg.Breaker,
-		clock:             cfg.Clock,
-		rand:              cfg.Rand,
-		onRetry:           cfg.OnRetry,
-		onGiveUp:          cfg.OnGiveUp,
-		onBudgetExhausted: cfg.OnBudgetExhausted,
-		onStoreError:      cfg.OnStoreError,
-		logger:            cfg.Logger,
+		maxAttempts:    cfg.MaxAttempts,
+		transientBase:  cfg.TransientBase,
+		throttlingBase: cfg.ThrottlingBase,
+		maxDelay:       cfg.MaxDelay,
+		attemptTimeout: cfg.AttemptTimeout,
+		margin:         cfg.DeadlineMargin,
+		maxRetryAfter:  cfg.MaxRetryAfter,
+		idempotent:     cfg.Idempotent,
+		breaker:        cfg.Breaker,
+		clock:          cfg.Clock,
+		rand:           cfg.Rand,
+		onRetry:        cfg.OnRetry,
+		onGiveUp:       cfg.OnGiveUp,
+		onStoreError:   cfg.OnStoreError,
+		logger:         cfg.Logger,
 	}
 	switch {
 	case cfg.MaxAttempts < 0:
-		return nil, &ConfigError{"MaxAttempts", fmt.Sprintf("is %d; want at least 1 (0 means %d)", cfg.MaxAttempts, DefaultMaxAttempts)}
+		return nil, configError("MaxAttempts", fmt.Sprintf("is %d; want at least 1 (0 means %d)", cfg.MaxAttempts, DefaultMaxAttempts))
 	case cfg.MaxAttempts == 0:
 		e.maxAttempts = DefaultMaxAttempts
 	}
 	for i, b := range cfg.Budgets {
 		if b == nil {
-			return nil, &ConfigError{fmt.Sprintf("Budgets[%d]", i), "is nil"}
+			return nil, configError(fmt.Sprintf("Budgets[%d]", i), "is nil")
 		}
 	}
 	e.budgets = append([]budget.Budget(nil), cfg.Budgets...)
 	for i, c := range cfg.Classifiers {
 		if c == nil {
-			return nil, &ConfigError{fmt.Sprintf("Classifiers[%d]", i), "is nil"}
+			return nil, configError(fmt.Sprintf("Classifiers[%d]", i), "is nil")
 		}
 	}
 	e.classifiers = append([]Classifier(nil), cfg.Classifiers...)
@@ -243,7 +222,7 @@ func validateDurations(cfg *Config) error {
 		{"MaxRetryAfter", cfg.MaxRetryAfter},
 	} {
 		if f.d < 0 {
-			return &ConfigError{f.name, fmt.Sprintf("is negative (%s)", f.d)}
+			return configError(f.name, fmt.Sprintf("is negative (%s)", f.d))
 		}
 	}
 	if cfg.MaxDelay == 0 {
@@ -261,7 +240,7 @@ func validateDurations(cfg *Config) error {
 		case *b.d == 0:
 			*b.d = min(b.def, cfg.MaxDelay)
 		case *b.d > cfg.MaxDelay:
-			return &ConfigError{b.name, fmt.Sprintf("(%s) is above MaxDelay (%s)", *b.d, cfg.MaxDelay)}
+			return configError(b.name, fmt.Sprintf("(%s) is above MaxDelay (%s)", *b.d, cfg.MaxDelay))
 		}
 	}
 	if cfg.DeadlineMargin == 0 {
@@ -277,17 +256,14 @@ func validateDurations(cfg *Config) error {
 func (e *Executor) MaxAttempts() int { return e.maxAttempts }
 
 // Do calls op until it succeeds or the executor gives up, and returns nil
-// or the reason it gave up:
-//   - the partner's error wrapped in a *GiveUpError (errors.Is and
-//     errors.As reach the partner's error; Attempts and Reason are there);
-//   - a *budget.ExhaustedError (errors.Is(err, budget.ErrExhausted)) when a
-//     budget refused the retry, with Attempts and the partner's error;
-//   - the breaker's *breaker.OpenError when it rejected the first attempt
-//     (errors.Is(err, breaker.ErrOpen)), or a *GiveUpError whose Cause is
-//     that error when it rejected a retry;
-//   - ctx.Err() when ctx had already ended.
+// or a *GiveUpError saying why it gave up: its Reason, the attempts made,
+// the partner's last error (errors.Is and errors.As reach it) and, when
+// something else stopped the call, the Cause: a budget's
+// *budget.ExhaustedError (errors.Is(err, budget.ErrExhausted)), the
+// breaker's *breaker.OpenError (errors.Is(err, breaker.ErrOpen)), for the
+// first attempt too, or ctx.Err() (errors.Is(err, context.Canceled)).
 //
-// RetryAfter extracts a hint from any of them. op receives the attempt
+// RetryAfter extracts the hint a handler passes on. op receives the attempt
 // number, from 1, and a context bounded by AttemptTimeout if set. Whether
 // the call counts as idempotent comes from Config.Idempotent.
 //
@@ -387,7 +363,7 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 // for values.
 func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, int) error) error {
 	if err := ctx.Err(); err != nil {
-		return err
+		return e.giveUp(ctx, 0, ContextDone, nil, err)
 	}
 	maxAttempts := e.maxAttempts
 	if c.maxAttempts > 0 && c.maxAttempts < maxAttempts {
@@ -613,73 +589,66 @@ func subSat(a, b time.Duration) time.Duration {
 	return addSat(a, -b)
 }
 
-// rejected builds the error for a breaker rejection after attempts attempts.
+// rejected builds the error for a breaker rejection after attempts
+// attempts.
 func (e *Executor) rejected(ctx context.Context, attempts int, lastErr, openErr error) error {
-	var err error
-	if attempts == 0 {
-		err = openErr
-	} else {
-		gu := &GiveUpError{Attempts: attempts, Reason: BreakerOpen, Err: lastErr, Cause: openErr, RetryAfter: partnerHint(lastErr)}
-		var oe *breaker.OpenError
-		if errors.As(openErr, &oe) && oe.RetryAfter > gu.RetryAfter {
-			gu.RetryAfter = oe.RetryAfter
-		}
-		err = gu
+	gu := &GiveUpError{Attempts: attempts, Reason: BreakerOpen, Err: lastErr, Cause: openErr, RetryAfter: partnerHint(lastErr)}
+	var oe *breaker.OpenError
+	if errors.As(openErr, &oe) && oe.RetryAfter > gu.RetryAfter {
+		gu.RetryAfter = oe.RetryAfter
 	}
-	e.notifyGiveUp(ctx, attempts, BreakerOpen, err)
-	return err
+	e.notifyGiveUp(ctx, gu)
+	return gu
 }
 
-// giveUp wraps the partner's error of the last attempt.
+// giveUp builds the error for a give-up after attempts attempts, the last
+// of which failed with partnerErr.
 func (e *Executor) giveUp(ctx context.Context, attempts int, reason Reason, partnerErr, cause error) error {
-	err := &GiveUpError{Attempts: attempts, Reason: reason, Err: partnerErr, Cause: cause, RetryAfter: partnerHint(partnerErr)}
-	e.notifyGiveUp(ctx, attempts, reason, err)
-	return err
+	gu := &GiveUpError{Attempts: attempts, Reason: reason, Err: partnerErr, Cause: cause, RetryAfter: partnerHint(partnerErr)}
+	e.notifyGiveUp(ctx, gu)
+	return gu
 }
 
-// exhausted builds the error for a budget refusal: a copy of the layer's
-// *budget.ExhaustedError (never the backend's own value, which it may
-// share) with Attempts and the partner's error filled in. When the layer
-// could not tell when it will grant again, RetryAfter is the wait the
-// executor would have made.
+// exhausted builds the error for a budget refusal: a *GiveUpError whose
+// Cause is a copy of the layer's *budget.ExhaustedError (never the
+// backend's own value, which it may share). When the layer could not tell
+// when it will grant again, the copy's RetryAfter is the wait the executor
+// would have made.
 func (e *Executor) exhausted(ctx context.Context, attempts int, partnerErr, refusal error, wait time.Duration) error {
-	ex := &budget.ExhaustedError{Attempts: attempts, Err: partnerErr}
+	ex := &budget.ExhaustedError{Cause: refusal}
 	var layer *budget.ExhaustedError
 	if errors.As(refusal, &layer) {
-		ex.Budget = layer.Budget
-		ex.RetryAfter = layer.RetryAfter
-		ex.Cause = layer.Cause // e.g. the store fault of a layer that fails closed
+		*ex = *layer // Budget, RetryAfter, and the Cause of a layer that fails closed
 	}
 	if ex.RetryAfter <= 0 {
 		ex.RetryAfter = wait
 	}
-	if e.onBudgetExhausted != nil {
-		e.onBudgetExhausted(ex)
-	}
+	gu := &GiveUpError{Attempts: attempts, Reason: BudgetExhausted, Err: partnerErr, Cause: ex,
+		RetryAfter: max(ex.RetryAfter, partnerHint(partnerErr))}
 	if e.logger != nil {
 		e.logger.LogAttrs(ctx, slog.LevelWarn, "herdguard: retry budget exhausted",
 			slog.String("budget", ex.Budget), slog.Int("attempts", attempts),
-			slog.Duration("retry_after", ex.RetryAfter), slog.String("error", partnerErr.Error()))
+			slog.Duration("retry_after", ex.RetryAfter), slog.Any("error", partnerErr))
 	}
-	e.notifyGiveUp(ctx, attempts, BudgetExhausted, ex)
-	return ex
+	e.notifyGiveUp(ctx, gu)
+	return gu
 }
 
-func (e *Executor) notifyGiveUp(ctx context.Context, attempts int, reason Reason, err error) {
+func (e *Executor) notifyGiveUp(ctx context.Context, gu *GiveUpError) {
 	if e.onGiveUp != nil {
-		e.onGiveUp(GiveUpEvent{Attempts: attempts, Reason: reason, Err: err})
+		e.onGiveUp(gu)
 	}
-	if e.logger == nil || reason == BudgetExhausted { // logged at Warn already
+	if e.logger == nil || gu.Reason == BudgetExhausted { // logged at Warn already
 		return
 	}
 	level := slog.LevelInfo
 	switch {
-	case reason == BreakerOpen, reason == ContextDone, attempts <= 1 && reason == NotRetryable:
+	case gu.Reason == BreakerOpen, gu.Reason == ContextDone, gu.Attempts <= 1 && gu.Reason == NotRetryable:
 		level = slog.LevelDebug
 	}
 	if e.logger.Enabled(ctx, level) {
 		e.logger.LogAttrs(ctx, level, "herdguard: gave up",
-			slog.String("reason", reason.String()), slog.Int("attempts", attempts), slog.String("error", err.Error()))
+			slog.String("reason", gu.Reason.String()), slog.Int("attempts", gu.Attempts), slog.String("error", gu.Error()))
 	}
 }
 

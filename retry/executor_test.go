@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/local"
@@ -40,12 +41,12 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := retry.New(tc.cfg)
-			var ce *retry.ConfigError
+			var ce *herdguard.ConfigError
 			if !errors.As(err, &ce) {
-				t.Fatalf("New = %v, %v; want a *ConfigError", e, err)
+				t.Fatalf("New = %v, %v; want a *herdguard.ConfigError", e, err)
 			}
-			if ce.Field != tc.field || !strings.Contains(err.Error(), "Config."+tc.field) {
-				t.Errorf("error %q names field %q, want %q", err, ce.Field, tc.field)
+			if ce.Field != "retry.Config."+tc.field || !strings.HasPrefix(err.Error(), "herdguard: retry.Config."+tc.field+" ") {
+				t.Errorf("error %q names field %q, want retry.Config.%s", err, ce.Field, tc.field)
 			}
 		})
 	}
@@ -134,20 +135,23 @@ func TestBudgetAccounting(t *testing.T) {
 	})
 	t.Run("layers in order, refusal gives back earlier grants", func(t *testing.T) {
 		first, second := &fakeBudget{}, &fakeBudget{refuse: &budget.ExhaustedError{Budget: "global", RetryAfter: 7 * time.Second}}
-		var exhausted *budget.ExhaustedError
+		var gaveUp *retry.GiveUpError
 		e := mustNew(t, retry.Config{
-			Budgets:           []budget.Budget{first, second},
-			Clock:             newFakeClock(),
-			OnBudgetExhausted: func(ex *budget.ExhaustedError) { exhausted = ex },
+			Budgets:    []budget.Budget{first, second},
+			Clock:      newFakeClock(),
+			Idempotent: true,
+			OnGiveUp:   func(gu *retry.GiveUpError) { gaveUp = gu },
 		})
 		calls := 0
 		err := e.Do(ctx, failing(&calls, status(502)))
 		var ex *budget.ExhaustedError
-		if !errors.As(err, &ex) || ex.Budget != "global" || ex.Attempts != 1 || ex.RetryAfter != 7*time.Second {
+		var gu *retry.GiveUpError
+		if !errors.As(err, &ex) || ex.Budget != "global" || ex.RetryAfter != 7*time.Second ||
+			!errors.As(err, &gu) || gu.Reason != retry.BudgetExhausted || gu.Attempts != 1 || gu.Cause != ex {
 			t.Fatalf("err = %#v; want global's refusal after 1 attempt with its hint", err)
 		}
-		if exhausted != ex {
-			t.Errorf("OnBudgetExhausted got %v, want the returned error", exhausted)
+		if gaveUp != gu {
+			t.Errorf("OnGiveUp got %v, want the returned error", gaveUp)
 		}
 		if s := first.snapshot(); !slices.Equal(s.outcomes, []budget.Outcome{budget.RetryNotUsed}) {
 			t.Errorf("first layer outcomes = %v, want [not-used]", s.outcomes)
@@ -155,9 +159,10 @@ func TestBudgetAccounting(t *testing.T) {
 		if d, ok := retry.RetryAfter(err); !ok || d != 7*time.Second {
 			t.Errorf("RetryAfter = %v, %v; want 7s", d, ok)
 		}
-		// The refusal the backend returned is not modified.
-		if r := second.refuse.(*budget.ExhaustedError); r.Attempts != 0 || r.Err != nil {
-			t.Errorf("backend's error was modified: %+v", r)
+		// The refusal the backend returned is not the one returned (a
+		// backend may share it).
+		if r := second.refuse.(*budget.ExhaustedError); r == ex {
+			t.Errorf("the backend's error was returned: %+v", r)
 		}
 	})
 	t.Run("refusal without hint carries the planned wait", func(t *testing.T) {
@@ -222,14 +227,16 @@ func TestBreaker(t *testing.T) {
 		br := mustBreaker(t)
 		br.ForceOpen()
 		b := &fakeBudget{}
-		var events []retry.GiveUpEvent
+		var events []*retry.GiveUpError
 		e := mustNew(t, retry.Config{Breaker: br, Budgets: []budget.Budget{b}, Clock: newFakeClock(),
-			OnGiveUp: func(ev retry.GiveUpEvent) { events = append(events, ev) }})
+			OnGiveUp: func(ev *retry.GiveUpError) { events = append(events, ev) }})
 		calls := 0
 		err := e.Do(ctx, failing(&calls))
 		var oe *breaker.OpenError
-		if !errors.As(err, &oe) || !errors.Is(err, breaker.ErrOpen) {
-			t.Fatalf("err = %v; want a *breaker.OpenError", err)
+		var gu *retry.GiveUpError
+		if !errors.As(err, &oe) || !errors.Is(err, breaker.ErrOpen) ||
+			!errors.As(err, &gu) || gu.Reason != retry.BreakerOpen || gu.Attempts != 0 || gu.Err != nil || gu.Cause != oe {
+			t.Fatalf("err = %v; want a *GiveUpError with Reason BreakerOpen and the *breaker.OpenError as Cause", err)
 		}
 		if calls != 0 {
 			t.Errorf("op called %d times, want 0", calls)
@@ -499,7 +506,7 @@ func TestHostileRetryAfter(t *testing.T) {
 func TestHooksAndLogger(t *testing.T) {
 	var (
 		retries []retry.RetryEvent
-		giveUps []retry.GiveUpEvent
+		giveUps []*retry.GiveUpError
 		logBuf  bytes.Buffer
 	)
 	clk := newFakeClock()
@@ -507,7 +514,7 @@ func TestHooksAndLogger(t *testing.T) {
 		Clock:    clk,
 		Rand:     constRand(0.5),
 		OnRetry:  func(ev retry.RetryEvent) { retries = append(retries, ev) },
-		OnGiveUp: func(ev retry.GiveUpEvent) { giveUps = append(giveUps, ev) },
+		OnGiveUp: func(ev *retry.GiveUpError) { giveUps = append(giveUps, ev) },
 		Logger:   slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	calls := 0
@@ -521,7 +528,7 @@ func TestHooksAndLogger(t *testing.T) {
 	if retries[1] != want {
 		t.Errorf("second RetryEvent = %+v, want %+v", retries[1], want)
 	}
-	if len(giveUps) != 1 || giveUps[0].Attempts != 3 || giveUps[0].Reason != retry.AttemptsExhausted || giveUps[0].Err != err {
+	if len(giveUps) != 1 || giveUps[0].Attempts != 3 || giveUps[0].Reason != retry.AttemptsExhausted || error(giveUps[0]) != err {
 		t.Errorf("OnGiveUp events = %+v; want one after 3 attempts with the returned error", giveUps)
 	}
 	if !strings.Contains(logBuf.String(), "level=INFO") || !strings.Contains(logBuf.String(), "attempts exhausted") {

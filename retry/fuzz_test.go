@@ -3,9 +3,11 @@ package retry
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/budget"
 )
 
@@ -125,9 +127,9 @@ func FuzzConfig(f *testing.F) {
 
 		e, err := New(cfg)
 		if err != nil {
-			var ce *ConfigError
-			if !errors.As(err, &ce) || ce.Field == "" || ce.Reason == "" {
-				t.Fatalf("New error %v is not a *ConfigError naming a field", err)
+			var ce *herdguard.ConfigError
+			if !errors.As(err, &ce) || !strings.HasPrefix(ce.Field, "retry.Config.") || ce.Reason == "" {
+				t.Fatalf("New error %v is not a *herdguard.ConfigError naming a field", err)
 			}
 			if valid {
 				t.Fatalf("New rejected a valid config %+v: %v", cfg, err)

@@ -186,9 +186,9 @@ func TestSeedBudgetExhaustedAfterTwoAttempts(t *testing.T) {
 	if !errors.Is(err, budget.ErrExhausted) {
 		t.Fatalf("err = %v; want budget.ErrExhausted", err)
 	}
-	var ex *budget.ExhaustedError
-	if !errors.As(err, &ex) || ex.Attempts != 2 {
-		t.Fatalf("ExhaustedError = %+v; want Attempts 2", ex)
+	var gu *retry.GiveUpError
+	if !errors.As(err, &gu) || gu.Reason != retry.BudgetExhausted || gu.Attempts != 2 {
+		t.Fatalf("GiveUpError = %+v; want Reason BudgetExhausted after 2 attempts", gu)
 	}
 	var se *retry.StatusError
 	if !errors.As(err, &se) || se.StatusCode != 503 {

@@ -354,8 +354,8 @@ func TestTransportHostileRetryAfterAgainstDeadline(t *testing.T) {
 func TestTransportRetryAfterPastDeadline(t *testing.T) {
 	p := newPartner(t, failFirst(10, 503, "Retry-After", "10"))
 	clk := newFakeClock()
-	var gaveUp []retry.GiveUpEvent
-	c := newClient(t, retry.Config{Clock: clk, OnGiveUp: func(ev retry.GiveUpEvent) { gaveUp = append(gaveUp, ev) }},
+	var gaveUp []*retry.GiveUpError
+	c := newClient(t, retry.Config{Clock: clk, OnGiveUp: func(ev *retry.GiveUpError) { gaveUp = append(gaveUp, ev) }},
 		retry.TransportOptions{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -124,7 +124,7 @@ func newFunction(cfg Config, d deps) (*function, error) {
 		OnStateChange: func(c breaker.StateChange) {
 			// One event per fleet transition is "written" (the environment
 			// that made it); the others followed it.
-			metrics.Transition(c.From, c.To, c.Origin == breaker.OriginWrote)
+			metrics.StateChange(c)
 			logger.LogAttrs(context.Background(), slog.LevelWarn, msgBreakerStateChanged,
 				slog.String("breaker", c.Name), slog.String("from", c.From.String()), slog.String("to", c.To.String()),
 				slog.String("origin", c.Origin.String()),
@@ -140,20 +140,19 @@ func newFunction(cfg Config, d deps) (*function, error) {
 		return nil, fmt.Errorf("bikes: breaker: %w", err)
 	}
 	exec, err := retry.New(retry.Config{
-		MaxAttempts:       cfg.MaxAttempts,
-		TransientBase:     cfg.BaseDelay,
-		ThrottlingBase:    cfg.BaseDelay,
-		MaxDelay:          cfg.MaxDelay,
-		AttemptTimeout:    cfg.AttemptTimeout,
-		Idempotent:        true, // a GET
-		Budgets:           []budget.Budget{localBudget, global},
-		Breaker:           br,
-		Classifiers:       []retry.Classifier{classifyBadAnswer},
-		Clock:             clock,
-		Rand:              d.rand,
-		OnRetry:           metrics.Retry,
-		OnBudgetExhausted: metrics.BudgetExhausted,
-		OnGiveUp:          metrics.GiveUp,
+		MaxAttempts:    cfg.MaxAttempts,
+		TransientBase:  cfg.BaseDelay,
+		ThrottlingBase: cfg.BaseDelay,
+		MaxDelay:       cfg.MaxDelay,
+		AttemptTimeout: cfg.AttemptTimeout,
+		Idempotent:     true, // a GET
+		Budgets:        []budget.Budget{localBudget, global},
+		Breaker:        br,
+		Classifiers:    []retry.Classifier{classifyBadAnswer},
+		Clock:          clock,
+		Rand:           d.rand,
+		OnRetry:        metrics.Retry,
+		OnGiveUp:       metrics.GiveUp,
 		// Each abstention lets the local budget decide alone: at most one
 		// retry the fleet-wide ratio did not approve.
 		OnStoreError: func(layer int, err error) {

@@ -337,12 +337,12 @@ func emittedMetrics(t *testing.T, cfg Config) (namespace string, dims []string, 
 	}
 	boom := errors.New("boom")
 	rec.Retry(retry.RetryEvent{})
-	rec.BudgetExhausted(&budget.ExhaustedError{Budget: "local-ratio"})
+	rec.GiveUp(&retry.GiveUpError{Reason: retry.BudgetExhausted, Cause: &budget.ExhaustedError{Budget: "local-ratio"}})
 	rec.StoreError(1, boom)
 	rec.BreakerStoreError("load", boom)
-	rec.GiveUp(retry.GiveUpEvent{Reason: retry.BreakerOpen})
+	rec.GiveUp(&retry.GiveUpError{Reason: retry.BreakerOpen})
 	for _, s := range [][2]breaker.State{{breaker.Closed, breaker.Open}, {breaker.Open, breaker.HalfOpen}, {breaker.HalfOpen, breaker.Closed}} {
-		rec.Transition(s[0], s[1], true)
+		rec.StateChange(breaker.StateChange{From: s[0], To: s[1], Origin: breaker.OriginWrote})
 	}
 	if err := rec.Flush(); err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ type EnvSpec struct {
 // that builds a retry.Executor calls it so that the results count retries.
 func (s EnvSpec) ObserveRetry(cfg *retry.Config) {
 	rec := s.rec
-	onRetry, onExhausted, onStoreError := cfg.OnRetry, cfg.OnBudgetExhausted, cfg.OnStoreError
+	onRetry, onGiveUp, onStoreError := cfg.OnRetry, cfg.OnGiveUp, cfg.OnStoreError
 	cfg.OnRetry = func(ev retry.RetryEvent) {
 		w := rec.now()
 		w.RetriesWanted++
@@ -75,10 +75,12 @@ func (s EnvSpec) ObserveRetry(cfg *retry.Config) {
 			onRetry(ev)
 		}
 	}
-	cfg.OnBudgetExhausted = func(ex *budget.ExhaustedError) {
-		rec.now().RetriesWanted++
-		if onExhausted != nil {
-			onExhausted(ex)
+	cfg.OnGiveUp = func(gu *retry.GiveUpError) {
+		if gu.Reason == retry.BudgetExhausted {
+			rec.now().RetriesWanted++
+		}
+		if onGiveUp != nil {
+			onGiveUp(gu)
 		}
 	}
 	cfg.OnStoreError = func(layer int, err error) {

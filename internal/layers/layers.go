@@ -48,7 +48,7 @@ func Acquire(ctx context.Context, now time.Time, kind budget.Kind, layers []budg
 				r(budget.RetryNotUsed)
 			}
 			if !errors.Is(err, budget.ErrExhausted) {
-				err = &budget.ExhaustedError{Err: err}
+				err = &budget.ExhaustedError{Cause: err}
 			}
 			return nil, err
 		}
