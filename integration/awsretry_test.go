@@ -169,8 +169,8 @@ func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 		}
 		for i, err := range errs {
 			var ex *budget.ExhaustedError
-			if !errors.As(err, &ex) || ex.Budget != local.RatioLayer {
-				t.Errorf("call %d: %v; want a refusal by %s", i+1, err, local.RatioLayer)
+			if !errors.As(err, &ex) || ex.Budget != "local-ratio" {
+				t.Errorf("call %d: %v; want a refusal by %s", i+1, err, "local-ratio")
 				continue
 			}
 			var ise *types.InternalServerError
@@ -283,7 +283,7 @@ func TestAWSRetryerSharedBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.useConfig(t, retry.Config{MaxAttempts: 2, Breaker: br})
+	f.useConfig(t, retry.Config{MaxAttempts: 2, Breaker: br, Budgets: []budget.Budget{} /* the breaker alone */})
 	if _, ours := storeAPI.Options().Retryer.(*awsretry.Retryer); ours {
 		t.Fatal("dynamo.NewClient uses the awsretry.Retryer of its aws.Config")
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	attemptctx "github.com/herdguard/herdguard/internal/attempt"
+	"github.com/herdguard/herdguard/internal/ratio"
 )
 
 // Config configures an Executor. The zero value of every field means its
@@ -63,13 +64,18 @@ type Config struct {
 	// generic DoIdempotent choose per call.
 	Idempotent bool
 
-	// Budgets are asked, in order, before every retry; all must grant
-	// (see Executor.AcquireRetry). Put the in-memory local budget first and the
-	// fleet-wide one after it, so that a local refusal costs no store call.
-	// A layer that cannot reach its store is reported to OnStoreError and
-	// abstains or refuses, as it chooses (budget.Global refuses unless
-	// configured with FailOpen). No budgets: retries are limited by
-	// MaxAttempts only.
+	// Budgets are asked, in order, before every retry; all must grant.
+	// Nil (the default) is a local ratio budget of the Executor's own:
+	// retries at most 10% of its requests over a sliding 10 s window, and
+	// at least 3 per window (local.Ratio with its defaults). A non-nil
+	// empty slice is no budget at all: retries are then bounded by
+	// MaxAttempts only, which multiplies the load on a failing partner.
+	//
+	// Put the in-memory local budget first and the fleet-wide one after
+	// it, so that a local refusal costs no store call. A layer that cannot
+	// reach its store is reported to OnStoreError and abstains or refuses,
+	// as it chooses (budget.Global refuses unless configured with
+	// FailOpen).
 	Budgets []budget.Budget
 
 	// Breaker, if not nil, gates every attempt (the first and each retry)
@@ -185,7 +191,15 @@ func New(cfg Config) (*Executor, error) {
 			return nil, configError(fmt.Sprintf("Budgets[%d]", i), "is nil")
 		}
 	}
-	e.budgets = append([]budget.Budget(nil), cfg.Budgets...)
+	if cfg.Budgets == nil {
+		r, err := ratio.New(ratio.Config{})
+		if err != nil {
+			return nil, err // cannot happen: the defaults are valid
+		}
+		e.budgets = []budget.Budget{r}
+	} else {
+		e.budgets = append([]budget.Budget(nil), cfg.Budgets...)
+	}
 	for i, c := range cfg.Classifiers {
 		if c == nil {
 			return nil, configError(fmt.Sprintf("Classifiers[%d]", i), "is nil")

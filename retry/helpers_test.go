@@ -167,3 +167,7 @@ func asGiveUp(t *testing.T, err error) *retry.GiveUpError {
 	}
 	return gu
 }
+
+// noBudget is Config.Budgets for a test about something else than budgets:
+// retries bounded by MaxAttempts only, instead of the default local ratio.
+var noBudget = []budget.Budget{}

@@ -249,7 +249,7 @@ func TestTransportDrainsSoConnectionsAreReused(t *testing.T) {
 	})
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
-	c := newClient(t, retry.Config{}, retry.TransportOptions{}, base)
+	c := newClient(t, retry.Config{Budgets: noBudget}, retry.TransportOptions{}, base)
 	const calls = 200
 	for range calls {
 		resp, err := c.Get(p.URL)
@@ -385,7 +385,7 @@ func hangUp(_ int, w http.ResponseWriter, _ *http.Request) {
 func TestTransportPostWithoutKeyNotRetriedAfterReset(t *testing.T) {
 	p := newPartner(t, hangUp)
 	br := mustBreaker(t)
-	c := newClient(t, retry.Config{Breaker: br}, retry.TransportOptions{}, nil)
+	c := newClient(t, retry.Config{Breaker: br, Budgets: noBudget}, retry.TransportOptions{}, nil)
 	_, err := c.Post(p.URL, "text/plain", strings.NewReader("charge 10 EUR"))
 	if err == nil {
 		t.Fatal("Post succeeded against a partner that hangs up")
@@ -663,7 +663,7 @@ func TestTransportLeaksNoGoroutines(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c := newClient(t, retry.Config{AttemptTimeout: 50 * time.Millisecond, MaxAttempts: 4}, retry.TransportOptions{}, &http.Transport{})
+	c := newClient(t, retry.Config{AttemptTimeout: 50 * time.Millisecond, MaxAttempts: 4, Budgets: noBudget}, retry.TransportOptions{}, &http.Transport{})
 	defer c.CloseIdleConnections() // through Transport to its base
 	for range 20 {
 		resp, err := c.Get(srv.URL)

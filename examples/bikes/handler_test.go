@@ -457,8 +457,8 @@ func TestHandleAnswers503WhenBudgetExhausted(t *testing.T) {
 
 	f.fn.flush(context.Background()) // the second call went around Handle, which flushes
 	recs := emfRecords(t, f.emf.String())
-	if n := metricSum(recs, "BudgetExhausted"); n != 2 || !exhaustedBudgets(recs)[local.RatioLayer] {
-		t.Errorf("BudgetExhausted %d, budgets %v; want 2 from %s; EMF:\n%s", n, exhaustedBudgets(recs), local.RatioLayer, f.emf.String())
+	if n := metricSum(recs, "BudgetExhausted"); n != 2 || !exhaustedBudgets(recs)["local-ratio"] {
+		t.Errorf("BudgetExhausted %d, budgets %v; want 2 from %s; EMF:\n%s", n, exhaustedBudgets(recs), "local-ratio", f.emf.String())
 	}
 }
 

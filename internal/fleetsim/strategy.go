@@ -240,7 +240,7 @@ type Herdguard struct {
 	// before the global one (e.g. local.NewRatio with MinRetries 1).
 	Local func() (budget.Budget, error)
 	// Global, if not nil, adds a budget.Global over the shared budget
-	// store. Now and Rand are set per environment; a zero StoreTimeout is
+	// store. Rand is set per environment; a zero StoreTimeout is
 	// SimStoreTimeout.
 	Global *budget.GlobalConfig
 	// Breaker, if not nil, adds a breaker.Breaker over the shared breaker
@@ -256,7 +256,7 @@ func (h Herdguard) NewEnv(spec EnvSpec) (Env, error) {
 		name = DefaultName
 	}
 	cfg := h.Retry
-	cfg.Budgets = nil
+	cfg.Budgets = []budget.Budget{} // none but those below: not the Executor's default local ratio
 	if h.Local != nil {
 		l, err := h.Local()
 		if err != nil {

@@ -155,7 +155,9 @@ func classifyHerdguard(ctx context.Context, err error, breakerOpen func()) (Outc
 
 func newNoBudget(_ context.Context, d Deps) (Strategy, error) {
 	return &herdguardStrategy{cfg: d.Config,
-		layers: func(EnvSpec) ([]budget.Budget, *breaker.Breaker, error) { return nil, nil, nil }}, nil
+		layers: func(EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
+			return []budget.Budget{}, nil, nil // no budget at all, not the Executor's default
+		}}, nil
 }
 
 func newLocalBucket(_ context.Context, d Deps) (Strategy, error) {
