@@ -70,7 +70,9 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/hint"
 	"github.com/herdguard/herdguard/retry"
 )
 
@@ -117,7 +119,7 @@ func (r *Retryer) MaxAttempts() int { return r.exec.MaxAttempts() }
 // herdguard layer (budget.ErrExhausted, breaker.ErrOpen) and a cancellation
 // are never retried.
 func (r *Retryer) IsErrorRetryable(err error) bool {
-	if retry.ClassifyControl(err, false) != retry.NoOpinion {
+	if refusedOrCanceled(err) {
 		return false
 	}
 	return r.base.IsErrorRetryable(err)
@@ -191,8 +193,8 @@ func (r *Retryer) verdict(err error) retry.Verdict {
 	if err == nil {
 		return retry.NoOpinion
 	}
-	if v := retry.ClassifyControl(err, false); v != retry.NoOpinion {
-		return v // canceled, or refused by a herdguard layer: not the partner's doing
+	if refusedOrCanceled(err) {
+		return retry.NoRetryExcluded // canceled, or refused by a herdguard layer: not the partner's doing
 	}
 	if r.base.IsErrorRetryable(err) {
 		if r.throttle.IsErrorThrottle(err) == aws.TrueTernary {
@@ -221,11 +223,18 @@ func serverHint(err error) time.Duration {
 	if !errors.As(err, &re) || re.Response == nil || re.Response.Response == nil {
 		return 0
 	}
-	d, _ := retry.RetryAfterFromHeader(re.Response.Header, time.Now())
+	d, _ := hint.FromHeader(re.Response.Header, time.Now())
 	return d
 }
 
 func nopRelease(error) error { return nil }
+
+// refusedOrCanceled reports whether err is the caller's cancellation or a
+// refusal of a herdguard layer (a budget, a breaker, of this Executor or of
+// one nested in the call), which are never retried again on top.
+func refusedOrCanceled(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, budget.ErrExhausted) || errors.Is(err, breaker.ErrOpen)
+}
 
 // attemptNumber returns the number, from 1, of the SDK attempt whose
 // context ctx is.

@@ -278,7 +278,7 @@ func TestHooksOfAnExecutor(t *testing.T) {
 		granted++
 		return nil
 	})
-	exec, err := retry.New(retry.Config{MaxAttempts: 3, Budgets: []budget.Budget{b}, Breaker: br,
+	exec, err := retry.New(retry.Config{MaxAttempts: 3, Idempotent: true, Budgets: []budget.Budget{b}, Breaker: br,
 		TransientBase: time.Microsecond, MaxDelay: time.Microsecond,
 		OnRetry: r.Retry, OnStoreError: r.StoreError, OnGiveUp: r.GiveUp})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
 	"github.com/herdguard/herdguard/internal/knobs"
+	"github.com/herdguard/herdguard/internal/sleep"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -119,7 +120,7 @@ func (relClock) Now() time.Time { return time.Now() }
 
 func (relClock) Sleep(ctx context.Context, d time.Duration) error {
 	start := time.Now()
-	err := retry.SystemClock{}.Sleep(ctx, d)
+	err := sleep.For(ctx, d)
 	if acc, ok := ctx.Value(relSleptKey{}).(*time.Duration); ok {
 		*acc += time.Since(start)
 	}

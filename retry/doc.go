@@ -61,25 +61,44 @@
 //
 // # Classification
 //
-// Callers' Config.Classifiers run first, then ClassifyControl,
-// ClassifyStatus and ClassifyNetwork; the first answer other than NoOpinion
-// wins, and an error nobody recognises is not retried (it is most likely a
-// bug in the caller, which a retry would repeat). 408, 429, 500, 502, 503
-// and 504 are retried, 429 and 503-with-Retry-After as throttling; 400,
-// 401, 403, 404 and 422 never are. Timeouts and broken connections are
-// retried only when the call is idempotent (Config.Idempotent for Do, or
-// per call with DoIdempotent), because the partner may already have acted
-// on the request; a failed dial or a refused connection never reached it
-// and is always retried.
+// Callers' Config.Classifiers run first, then the built-in chain; the first
+// answer other than NoOpinion wins, and an error nobody recognises is not
+// retried (it is most likely a bug in the caller, which a retry would
+// repeat). The built-in chain:
+//
+//   - context.Canceled, and another herdguard layer's refusal
+//     (budget.ErrExhausted, breaker.ErrOpen, from an Executor nested in the
+//     operation): not retried, not counted by the breaker (retrying at
+//     every layer is what multiplies the load).
+//   - A *StatusError: 429, and 503 with a Retry-After (or
+//     x-amz-retry-after), are retried as throttling; 408, 500, 502, 504 and
+//     a bare 503 as transient failures, but only when the call is
+//     idempotent; 400, 401, 403, 404, 422 and other 4xx never (the breaker
+//     counts them as successes: the partner is healthy), nor 501, 505 and
+//     other 5xx.
+//   - Failures proving the request never reached the partner (a failed
+//     dial, a refused connection, a temporary DNS failure) are retried;
+//     timeouts, resets and broken connections only when the call is
+//     idempotent.
+//
+// One rule covers Do and Transport: a call that is not idempotent
+// (Config.Idempotent unset for Do, or DoIdempotent with false; a POST or
+// PATCH without Idempotency-Key for Transport) is retried only when the
+// partner provably did not do the work: the request never left, or the
+// partner refused it and said when to come back (429, 503 with
+// Retry-After). After a 500, a gateway's 502 or 504, a bare 503 (what a
+// proxy such as Envoy answers when the upstream reset the connection after
+// reading the request), a 408 or a timeout, the partner or its upstream may
+// have done the work, and a retry could do it twice.
 //
 // # HTTP
 //
 // Transport is an http.RoundTripper over an Executor: GET, HEAD, OPTIONS,
-// TRACE, PUT and DELETE are retried, POST and PATCH only with an
+// TRACE, PUT and DELETE are idempotent, and so are POST and PATCH with an
 // Idempotency-Key (which TransportOptions.GenerateIdempotencyKey can add);
-// bodies are replayed through GetBody; each attempt carries an attempt
-// header; failed responses are drained and closed before the next attempt,
-// and Retry-After and x-amz-retry-after are honoured.
+// bodies are replayed through GetBody; each attempt carries its number in
+// an attempt header; failed responses are drained and closed before the
+// next attempt, and Retry-After and x-amz-retry-after are honoured.
 //
 // # Hooks, logging and Flush
 //
@@ -99,7 +118,9 @@
 // AttemptTimeout) Do and the generic Do make no allocation; see
 // BenchmarkHealthyPath for a comparison with sony/gobreaker and failsafe-go.
 //
-// Time comes from Config.Clock and randomness from Config.Rand, both
-// injectable, so tests and simulations drive the loop, the budgets and the
-// breaker deterministically.
+// Time comes from time.Now, read at every call, and randomness from
+// math/rand/v2. To test code that uses an Executor, run it in a
+// testing/synctest bubble (Go 1.25), whose fake clock drives the waits, the
+// budgets' windows and the breaker's durations; simulations inject
+// Config.Clock and Config.Rand instead.
 package retry

@@ -20,17 +20,18 @@ import (
 // (On*) run synchronously on the calling goroutine and must not block.
 type Config struct {
 	// MaxAttempts is the number of attempts of one call, the first one
-	// included (default DefaultMaxAttempts; 1 disables retries).
+	// included (default 3; 1 disables retries).
 	MaxAttempts int
 
 	// TransientBase is the backoff base after a transient failure (default
-	// DefaultTransientBase), ThrottlingBase after throttling (default
-	// DefaultThrottlingBase). The wait before retry n (from 0) is full
+	// 50 ms), ThrottlingBase after throttling (default 1 s), as in the AWS
+	// SDKs' 2026 retry behaviour. The wait before retry n (from 0) is full
 	// jitter: random × min(MaxDelay, base × 2^n). A base set above MaxDelay
 	// is an error; a defaulted base above MaxDelay is lowered to MaxDelay.
 	TransientBase  time.Duration
 	ThrottlingBase time.Duration
-	// MaxDelay caps the jitter part of one wait (default DefaultMaxDelay).
+	// MaxDelay caps the jitter part of one wait (default 20 s; a server's
+	// Retry-After comes on top, bounded by MaxRetryAfter and the deadline).
 	MaxDelay time.Duration
 
 	// AttemptTimeout, if positive, bounds each attempt with
@@ -44,12 +45,13 @@ type Config struct {
 	// DeadlineMargin is kept free before the context's deadline: when
 	// now + wait would reach deadline - DeadlineMargin the executor gives
 	// up at once with the partner's error (Reason DeadlineTooClose) instead
-	// of sleeping into a deadline it cannot meet (default
-	// DefaultDeadlineMargin; use a tiny positive value for "no margin").
+	// of sleeping into a deadline it cannot meet, so that the caller still
+	// has time to answer (a Lambda handler its 503). Default 100 ms; use a
+	// tiny positive value for "no margin".
 	DeadlineMargin time.Duration
 
-	// MaxRetryAfter is the longest Retry-After honoured (default
-	// DefaultMaxRetryAfter). Retry-After is a lower bound (wait = hint +
+	// MaxRetryAfter is the longest Retry-After honoured (default 1 min).
+	// Retry-After is a lower bound (wait = hint +
 	// jitter, never less than the partner asked), so a longer hint is not
 	// shortened: the executor gives up at once with the partner's error
 	// (Reason RetryAfterTooLong). Together with the deadline check this
@@ -58,10 +60,11 @@ type Config struct {
 	MaxRetryAfter time.Duration
 
 	// Idempotent says whether Do's calls may be repeated after they may
-	// have reached the partner (a timeout, a reset connection). Statuses
-	// the partner sends to ask for a retry (408, 429, 5xx) and failures
-	// before the request left are retried either way. DoIdempotent and the
-	// generic DoIdempotent choose per call.
+	// have reached the partner: a timeout, a reset connection, a 408, 500,
+	// 502, 504 or a 503 without Retry-After. Failures before the request
+	// left, 429, and 503 with Retry-After are retried either way (the
+	// partner refused the work). DoIdempotent and the generic DoIdempotent
+	// choose per call.
 	Idempotent bool
 
 	// Budgets are asked, in order, before every retry; all must grant.
@@ -83,13 +86,16 @@ type Config struct {
 	// through breaker.Settings.OnStateChange, set where the breaker is made.
 	Breaker *breaker.Breaker
 
-	// Classifiers run, in order, before the built-in chain (ClassifyControl,
-	// ClassifyStatus, ClassifyNetwork); the first answer other than
-	// NoOpinion wins. Return NoRetryExcluded for errors that are not the
-	// partner's fault, so the breaker does not count them.
+	// Classifiers run, in order, before the built-in classification (see
+	// the package documentation); the first answer other than NoOpinion
+	// wins. Return NoRetryExcluded for errors that are not the partner's
+	// fault, so the breaker does not count them.
 	Classifiers []Classifier
 
-	// Clock is the source of time and sleep (default SystemClock).
+	// Clock is the source of time and sleep; nil is the system clock
+	// (time.Now, read at every call, and a timer). Tests of code that uses
+	// an Executor can run it in a testing/synctest bubble instead of
+	// injecting a clock.
 	Clock Clock
 	// Rand returns numbers in [0, 1) for the jitter (default
 	// math/rand/v2.Float64). It is called concurrently.
@@ -148,7 +154,7 @@ type Executor struct {
 	breaker     *breaker.Breaker
 	classifiers []Classifier
 	clock       Clock
-	sys         bool // clock is SystemClock: time an attempt with the monotonic clock
+	sys         bool // clock is the system clock: time an attempt with the monotonic clock
 	rand        func() float64
 
 	onRetry      func(RetryEvent)
@@ -182,9 +188,9 @@ func New(cfg Config) (*Executor, error) {
 	}
 	switch {
 	case cfg.MaxAttempts < 0:
-		return nil, configError("MaxAttempts", fmt.Sprintf("is %d; want at least 1 (0 means %d)", cfg.MaxAttempts, DefaultMaxAttempts))
+		return nil, configError("MaxAttempts", fmt.Sprintf("is %d; want at least 1 (0 means %d)", cfg.MaxAttempts, defaultMaxAttempts))
 	case cfg.MaxAttempts == 0:
-		e.maxAttempts = DefaultMaxAttempts
+		e.maxAttempts = defaultMaxAttempts
 	}
 	for i, b := range cfg.Budgets {
 		if b == nil {
@@ -207,9 +213,9 @@ func New(cfg Config) (*Executor, error) {
 	}
 	e.classifiers = append([]Classifier(nil), cfg.Classifiers...)
 	if e.clock == nil {
-		e.clock = SystemClock{}
+		e.clock = systemClock{}
 	}
-	if _, ok := e.clock.(SystemClock); ok {
+	if _, ok := e.clock.(systemClock); ok {
 		e.sys = true
 	}
 	if e.rand == nil {
@@ -240,15 +246,15 @@ func validateDurations(cfg *Config) error {
 		}
 	}
 	if cfg.MaxDelay == 0 {
-		cfg.MaxDelay = DefaultMaxDelay
+		cfg.MaxDelay = defaultMaxDelay
 	}
 	for _, b := range [...]struct {
 		name string
 		d    *time.Duration
 		def  time.Duration
 	}{
-		{"TransientBase", &cfg.TransientBase, DefaultTransientBase},
-		{"ThrottlingBase", &cfg.ThrottlingBase, DefaultThrottlingBase},
+		{"TransientBase", &cfg.TransientBase, defaultTransientBase},
+		{"ThrottlingBase", &cfg.ThrottlingBase, defaultThrottlingBase},
 	} {
 		switch {
 		case *b.d == 0:
@@ -258,10 +264,10 @@ func validateDurations(cfg *Config) error {
 		}
 	}
 	if cfg.DeadlineMargin == 0 {
-		cfg.DeadlineMargin = DefaultDeadlineMargin
+		cfg.DeadlineMargin = defaultDeadlineMargin
 	}
 	if cfg.MaxRetryAfter == 0 {
-		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+		cfg.MaxRetryAfter = defaultMaxRetryAfter
 	}
 	return nil
 }
@@ -283,7 +289,7 @@ func (e *Executor) MaxAttempts() int { return e.maxAttempts }
 //
 // On the healthy path (breaker closed, in-memory budgets, first attempt
 // succeeds, no AttemptTimeout) Do does not allocate and reads the clock
-// twice (with SystemClock, time.Now when the call starts and the monotonic
+// twice (with the system clock, time.Now when the call starts and the monotonic
 // clock when its attempt ends).
 func (e *Executor) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
 	return e.loop(ctx, call{idempotent: e.idempotent}, op)
@@ -340,9 +346,6 @@ type flusher interface {
 type call struct {
 	// idempotent is passed to the classifiers.
 	idempotent bool
-	// strict retries only failures proving the request never reached the
-	// partner (Transport, for a request that may not be repeated).
-	strict bool
 	// maxAttempts, if positive and lower, replaces the executor's.
 	maxAttempts int
 	// ownTimeout: op applies AttemptTimeout itself (Transport, whose
@@ -452,7 +455,7 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		release.Done(budget.RetryFailed)
 		release = nil
 
-		if !verdict.Retryable() {
+		if !verdict.retryable() {
 			return e.giveUp(ctx, attempt, NotRetryable, err, nil)
 		}
 		if attempt >= maxAttempts {
@@ -543,11 +546,8 @@ func (e *Executor) classify(ctx context.Context, c call, err error, timedOut boo
 	if v == NoOpinion || v > NoRetryExcluded {
 		v = NoRetryExcluded // unknown: most likely the caller's own bug
 	}
-	if !v.Retryable() {
+	if !v.retryable() {
 		return v
-	}
-	if c.strict && !neverSent(err) {
-		return NoRetryFailure
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		// The caller's context ended: no retry can run. A cancellation
@@ -574,7 +574,7 @@ func (e *Executor) plan(now, deadline time.Time, hasDeadline bool, retry int, ki
 	if kind == budget.Throttling {
 		base = e.throttlingBase
 	}
-	wait = addSat(hint, FullJitter(retry, base, e.maxDelay, random))
+	wait = addSat(hint, fullJitter(retry, base, e.maxDelay, random))
 	if reason, ok = e.fits(now, deadline, hasDeadline, hint, wait); !ok {
 		return 0, reason, false
 	}

@@ -66,7 +66,7 @@ func TestNewDefaults(t *testing.T) {
 // The default throttling base is 1 s and the transient one 50 ms.
 func TestBackoffBasesPerKind(t *testing.T) {
 	clk := newFakeClock()
-	e := mustNew(t, retry.Config{MaxAttempts: 3, Clock: clk, Rand: constRand(0.5)})
+	e := mustNew(t, retry.Config{Idempotent: true, MaxAttempts: 3, Clock: clk, Rand: constRand(0.5)})
 	calls := 0
 	if err := e.Do(context.Background(), failing(&calls, status(500), status(429))); err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestBudgetAccounting(t *testing.T) {
 	})
 	t.Run("retry succeeds", func(t *testing.T) {
 		b := &fakeBudget{}
-		e := mustNew(t, retry.Config{Budgets: []budget.Budget{b}, Clock: newFakeClock()})
+		e := mustNew(t, retry.Config{Idempotent: true, Budgets: []budget.Budget{b}, Clock: newFakeClock()})
 		calls := 0
 		if err := e.Do(ctx, failing(&calls, status(503), status(429))); err != nil {
 			t.Fatal(err)
@@ -180,6 +180,7 @@ func TestBudgetAccounting(t *testing.T) {
 		var logBuf bytes.Buffer
 		var layers []int
 		e := mustNew(t, retry.Config{
+			Idempotent:   true,
 			Budgets:      []budget.Budget{up, down},
 			Clock:        newFakeClock(),
 			OnStoreError: func(layer int, err error) { layers = append(layers, layer) },
@@ -202,7 +203,7 @@ func TestBudgetAccounting(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		clk.onSleep = cancel
-		e := mustNew(t, retry.Config{Budgets: []budget.Budget{b}, Clock: clk})
+		e := mustNew(t, retry.Config{Idempotent: true, Budgets: []budget.Budget{b}, Clock: clk})
 		calls := 0
 		err := e.Do(cctx, failing(&calls, status(500)))
 		if !errors.Is(err, context.Canceled) {
@@ -254,7 +255,7 @@ func TestBreaker(t *testing.T) {
 	t.Run("open rejects a retry", func(t *testing.T) {
 		br := mustBreaker(t)
 		b := &fakeBudget{}
-		e := mustNew(t, retry.Config{Breaker: br, Budgets: []budget.Budget{b}, Clock: newFakeClock()})
+		e := mustNew(t, retry.Config{Idempotent: true, Breaker: br, Budgets: []budget.Budget{b}, Clock: newFakeClock()})
 		calls := 0
 		err := e.Do(ctx, func(context.Context, int) error {
 			calls++
@@ -286,7 +287,7 @@ func TestBreaker(t *testing.T) {
 			want breaker.Counts
 		}{
 			{"success", nil, breaker.Counts{Successes: 1}},
-			{"retryable fault then success", []error{status(503)}, breaker.Counts{Successes: 1, Failures: 1}},
+			{"retryable fault then success", []error{status(429)}, breaker.Counts{Successes: 1, Failures: 1}},
 			{"4xx is a success", []error{status(404)}, breaker.Counts{Successes: 1}},
 			{"canceled is excluded", []error{context.Canceled}, breaker.Counts{Excluded: 1}},
 			{"unknown error is excluded", []error{errors.New("bug")}, breaker.Counts{Excluded: 1}},
@@ -338,9 +339,13 @@ func TestClassificationInTheLoop(t *testing.T) {
 		{"nested breaker rejection", true, &breaker.OpenError{}, 1},
 		{"unknown", true, errors.New("nil pointer in our code"), 1},
 		{"401", true, status(401), 1},
-		{"408", false, status(408), 3},
+		{"408, not idempotent", false, status(408), 1},
+		{"408, idempotent", true, status(408), 3},
 		{"501", true, status(501), 1},
-		{"504", false, status(504), 3},
+		{"504, not idempotent", false, status(504), 1},
+		{"504, idempotent", true, status(504), 3},
+		{"503, not idempotent", false, status(503), 1},
+		{"429, not idempotent", false, status(429), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := mustNew(t, retry.Config{Clock: newFakeClock()})
@@ -468,7 +473,7 @@ func TestHostileRetryAfter(t *testing.T) {
 		reason   retry.Reason
 		calls    int
 	}{
-		{"huge without deadline", retry.MaxHint, 0, retry.RetryAfterTooLong, 1},
+		{"huge without deadline", 24 * time.Hour, 0, retry.RetryAfterTooLong, 1},
 		{"above MaxRetryAfter", retry.DefaultMaxRetryAfter + time.Second, 0, retry.RetryAfterTooLong, 1},
 		{"past the deadline", 20 * time.Second, 10 * time.Second, retry.DeadlineTooClose, 1},
 		{"inside the margin", 10*time.Second - 50*time.Millisecond, 10 * time.Second, retry.DeadlineTooClose, 1},
@@ -511,11 +516,12 @@ func TestHooksAndLogger(t *testing.T) {
 	)
 	clk := newFakeClock()
 	e := mustNew(t, retry.Config{
-		Clock:    clk,
-		Rand:     constRand(0.5),
-		OnRetry:  func(ev retry.RetryEvent) { retries = append(retries, ev) },
-		OnGiveUp: func(ev *retry.GiveUpError) { giveUps = append(giveUps, ev) },
-		Logger:   slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Idempotent: true,
+		Clock:      clk,
+		Rand:       constRand(0.5),
+		OnRetry:    func(ev retry.RetryEvent) { retries = append(retries, ev) },
+		OnGiveUp:   func(ev *retry.GiveUpError) { giveUps = append(giveUps, ev) },
+		Logger:     slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	calls := 0
 	e503 := &retry.StatusError{StatusCode: 503, RetryAfter: time.Second}
@@ -539,9 +545,10 @@ func TestHooksAndLogger(t *testing.T) {
 func TestLoggerBudgetExhaustedAtWarn(t *testing.T) {
 	var logBuf bytes.Buffer
 	e := mustNew(t, retry.Config{
-		Clock:   newFakeClock(),
-		Budgets: []budget.Budget{&fakeBudget{refuse: &budget.ExhaustedError{Budget: "local"}}},
-		Logger:  slog.New(slog.NewTextHandler(&logBuf, nil)),
+		Idempotent: true,
+		Clock:      newFakeClock(),
+		Budgets:    []budget.Budget{&fakeBudget{refuse: &budget.ExhaustedError{Budget: "local"}}},
+		Logger:     slog.New(slog.NewTextHandler(&logBuf, nil)),
 	})
 	calls := 0
 	_ = e.Do(context.Background(), failing(&calls, status(500)))
@@ -570,7 +577,7 @@ func TestGenericDo(t *testing.T) {
 func TestPanicInOpIsAccounted(t *testing.T) {
 	br := mustBreaker(t)
 	b := &fakeBudget{}
-	e := mustNew(t, retry.Config{Breaker: br, Budgets: []budget.Budget{b}, Clock: newFakeClock()})
+	e := mustNew(t, retry.Config{Idempotent: true, Breaker: br, Budgets: []budget.Budget{b}, Clock: newFakeClock()})
 	func() {
 		defer func() {
 			if r := recover(); r != "boom" {

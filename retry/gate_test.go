@@ -26,7 +26,7 @@ func TestBreakerRejectedRetryChargesNoBudget(t *testing.T) {
 	}
 	local := &fakeBudget{}
 	br := mustBreaker(t)
-	e := mustNew(t, retry.Config{Breaker: br, Budgets: []budget.Budget{local, global}, Clock: fixedClock{now}, Rand: constRand(0)})
+	e := mustNew(t, retry.Config{Idempotent: true, Breaker: br, Budgets: []budget.Budget{local, global}, Clock: fixedClock{now}, Rand: constRand(0)})
 	calls := 0
 	err = e.Do(context.Background(), func(context.Context, int) error {
 		calls++
@@ -61,7 +61,7 @@ func TestBudgetRefusalAfterTheGateHandsThePermitBack(t *testing.T) {
 	ctx := context.Background()
 	br := mustBreaker(t)
 	refusing := &fakeBudget{refuse: &budget.ExhaustedError{Budget: "global:partner"}}
-	e := mustNew(t, retry.Config{Breaker: br, Budgets: []budget.Budget{refusing}, Clock: newFakeClock()})
+	e := mustNew(t, retry.Config{Idempotent: true, Breaker: br, Budgets: []budget.Budget{refusing}, Clock: newFakeClock()})
 	calls := 0
 	err := e.Do(ctx, failing(&calls, status(503)))
 	var ex *budget.ExhaustedError
@@ -84,7 +84,7 @@ func TestBudgetRefusalAfterTheGateHandsThePermitBack(t *testing.T) {
 	defer cancel()
 	clk.onSleep = cancel
 	granting := &fakeBudget{}
-	e2 := mustNew(t, retry.Config{Breaker: br2, Budgets: []budget.Budget{granting}, Clock: clk})
+	e2 := mustNew(t, retry.Config{Idempotent: true, Breaker: br2, Budgets: []budget.Budget{granting}, Clock: clk})
 	if err := e2.Do(cctx, failing(&calls, status(503))); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v; want context.Canceled", err)
 	}

@@ -150,6 +150,7 @@ func mustBreaker(t testing.TB) *breaker.Breaker {
 // 100 ms for both kinds, cap 1 s, random 0.5, no deadline.
 func articleConfig(clk *fakeClock) retry.Config {
 	return retry.Config{
+		Idempotent:     true, // the article's calls are GETs
 		MaxAttempts:    4,
 		TransientBase:  100 * time.Millisecond,
 		ThrottlingBase: 100 * time.Millisecond,

@@ -37,6 +37,7 @@ func TestStoreFaultIsReportedFailOpenAndClosed(t *testing.T) {
 		var reported []error
 		e, err := retry.New(retry.Config{
 			MaxAttempts:  2,
+			Idempotent:   true,
 			Budgets:      []budget.Budget{bucket, global},
 			Clock:        fixedClock{now},
 			Rand:         func() float64 { return 0 },

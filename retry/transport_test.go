@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/retry"
@@ -206,19 +207,19 @@ func TestTransportKeyReusedOnEveryAttempt(t *testing.T) {
 func TestTransportAttemptHeaderStyles(t *testing.T) {
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = append(got, r.Header.Get("Amz-Sdk-Request"))
+		got = append(got, r.Header.Get("X-Attempt"))
 		if len(got) < 3 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	}))
 	defer srv.Close()
-	c := newClient(t, retry.Config{}, retry.TransportOptions{AttemptHeader: "amz-sdk-request", AttemptStyle: retry.AttemptAndMax}, nil)
+	c := newClient(t, retry.Config{}, retry.TransportOptions{AttemptHeader: "x-attempt"}, nil)
 	resp, err := c.Get(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	readAll(t, resp)
-	if want := []string{"attempt=1; max=3", "attempt=2; max=3", "attempt=3; max=3"}; !slices.Equal(got, want) {
+	if want := []string{"1", "2", "3"}; !slices.Equal(got, want) {
 		t.Errorf("attempt headers = %q, want %q", got, want)
 	}
 
@@ -634,14 +635,15 @@ func TestNewTransportValidates(t *testing.T) {
 		o    retry.TransportOptions
 		want string
 	}{
-		{"nil executor", nil, retry.TransportOptions{}, "Executor"},
-		{"bad attempt header", e, retry.TransportOptions{AttemptHeader: "X Attempt"}, "AttemptHeader"},
-		{"bad key header", e, retry.TransportOptions{IdempotencyKeyHeader: "Key:"}, "IdempotencyKeyHeader"},
-		{"negative drain", e, retry.TransportOptions{DrainLimit: -1}, "DrainLimit"},
-		{"unknown style", e, retry.TransportOptions{AttemptStyle: 9}, "AttemptStyle"},
+		{"nil executor", nil, retry.TransportOptions{}, "retry.NewTransport e"},
+		{"bad attempt header", e, retry.TransportOptions{AttemptHeader: "X Attempt"}, "retry.TransportOptions.AttemptHeader"},
+		{"bad key header", e, retry.TransportOptions{IdempotencyKeyHeader: "Key:"}, "retry.TransportOptions.IdempotencyKeyHeader"},
+		{"negative drain", e, retry.TransportOptions{DrainLimit: -1}, "retry.TransportOptions.DrainLimit"},
 	} {
-		if _, err := retry.NewTransport(tc.e, nil, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: NewTransport error = %v; want one naming %s", tc.name, err, tc.want)
+		_, err := retry.NewTransport(tc.e, nil, tc.o)
+		var ce *herdguard.ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.want || !strings.HasPrefix(err.Error(), "herdguard: "+tc.want+" ") {
+			t.Errorf("%s: NewTransport error = %v; want a *herdguard.ConfigError naming %s", tc.name, err, tc.want)
 		}
 	}
 }

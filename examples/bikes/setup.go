@@ -42,7 +42,7 @@ type deps struct {
 	budgetStore  budget.Store
 	breakerStore breaker.Store
 	// clock drives the executor, the global budget and the metrics'
-	// timestamps; nil means retry.SystemClock.
+	// timestamps; nil means the system clock.
 	clock retry.Clock
 	// rand is the jitter source of the executor and the breaker; nil means
 	// math/rand/v2.
@@ -79,11 +79,11 @@ func newFunction(cfg Config, d deps) (*function, error) {
 	case cfg.PartnerURL == nil:
 		return nil, errors.New("bikes: partner URL is nil")
 	}
-	clock := d.clock
-	if clock == nil {
-		clock = retry.SystemClock{}
+	now := time.Now
+	if d.clock != nil {
+		now = d.clock.Now
 	}
-	metrics, err := newRecorder(d.metrics, cfg, clock.Now)
+	metrics, err := newRecorder(d.metrics, cfg, now)
 	if err != nil {
 		return nil, fmt.Errorf("bikes: metrics: %w", err)
 	}
@@ -149,7 +149,7 @@ func newFunction(cfg Config, d deps) (*function, error) {
 		Budgets:        []budget.Budget{localBudget, global},
 		Breaker:        br,
 		Classifiers:    []retry.Classifier{classifyBadAnswer},
-		Clock:          clock,
+		Clock:          d.clock,
 		Rand:           d.rand,
 		OnRetry:        metrics.Retry,
 		OnGiveUp:       metrics.GiveUp,
@@ -172,7 +172,7 @@ func newFunction(cfg Config, d deps) (*function, error) {
 		client:       newHTTPClient(),
 		partner:      cfg.PartnerURL,
 		flushTimeout: cfg.FlushTimeout,
-		clock:        clock,
+		now:          now,
 		log:          logger,
 		inflight:     inflight,
 	}, nil

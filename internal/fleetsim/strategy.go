@@ -303,8 +303,10 @@ func (h Herdguard) NewEnv(spec EnvSpec) (Env, error) {
 
 type executorEnv struct{ ex *retry.Executor }
 
+// Call makes the call as an idempotent one (a GET, as examples/bikes
+// makes): the partner's 500s and 503s are retried.
 func (e executorEnv) Call(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
-	return e.ex.Do(ctx, op)
+	return e.ex.DoIdempotent(ctx, true, op)
 }
 
 func (e executorEnv) Flush(ctx context.Context) error { return e.ex.Flush(ctx) }
