@@ -42,7 +42,7 @@
 // The wait before a retry is the SDK's backoff, raised to the server's hint
 // (x-amz-retry-after, and Retry-After, which the SDK alone ignores): a hint
 // is a lower bound, as everywhere in herdguard. The Executor's hooks
-// (OnRetry, OnGiveUp, OnBudgetExhausted, OnStoreError) and the breaker's
+// (OnRetry, OnGiveUp, OnStoreError) and the breaker's
 // OnStateChange see the SDK's calls as they see the Executor's own.
 //
 // One limit comes from the SDK's loop: a retry the budgets granted that the

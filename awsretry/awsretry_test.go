@@ -388,9 +388,13 @@ func TestWaitPastTheDeadlineSpendsNothing(t *testing.T) {
 	if !errors.As(err, &gu) || gu.Reason != retry.DeadlineTooClose {
 		t.Fatalf("err %v; want a DeadlineTooClose give-up", err)
 	}
-	if took := time.Since(start); took >= 400*time.Millisecond {
-		t.Errorf("the call took %v: it waited instead of giving up", took)
+	// The SDK sleeps only after a granted retry token; none was granted,
+	// so nothing was waited for. (How long the call took is the machine's
+	// business: printed, not asserted.)
+	if len(f.retries) != 0 {
+		t.Errorf("OnRetry events %+v; want none: the retry does not fit the deadline", f.retries)
 	}
+	t.Logf("gave up after %v (deadline 450ms, hint 400ms + margin 100ms)", time.Since(start).Round(time.Millisecond))
 	if _, _, kinds, _ := f.budget.snapshot(); len(kinds) != 0 || f.fake.requests() != 1 {
 		t.Errorf("budget asked %d times, %d requests; want 0 and 1", len(kinds), f.fake.requests())
 	}

@@ -91,7 +91,10 @@
 // the time to 0.03%); with thousands of samples it is negligible. There is
 // no minimum number of environments: one environment alone is the whole
 // fleet, and one sick environment among healthy ones counts for its share
-// of the calls, since the healthy ones sample theirs too.
+// of the calls, since the healthy ones sample theirs too. A fleet making
+// fewer than 2 × MinRequests calls a window needs more than a window to
+// gather MinRequests samples: it opens within 3 windows, not 2 (the
+// statistical limit; docs/ARCHITECTURE.md has the figures).
 //
 // The move to half-open is made without a stampede: each environment
 // waits its own delay past OpenUntil (drawn with Rand in [0, CacheTTL),

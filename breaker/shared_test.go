@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -481,18 +482,27 @@ func TestSharedStoreCallIsCutByTimeout(t *testing.T) {
 			t.Fatalf("OnStoreError(%q, %v)", op, err)
 		}
 	})
+	// In a synctest bubble, so that the caller's 20 ms deadline ends while
+	// the load waits for the store, as the case means, and never before
+	// Allow has started it on a slow machine.
 	t.Run("caller deadline", func(t *testing.T) {
-		store := newFakeStore()
-		store.block.Store(true)
-		a := newEnv(t, store, "a", func(s *breaker.Settings) { s.StoreTimeout = time.Hour })
-		cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		defer cancel()
-		if _, err := a.Allow(cctx, t0); err != nil {
-			t.Fatal(err)
-		}
-		if a.errs.count() != 0 {
-			t.Fatal("the caller's own deadline was reported as a store fault")
-		}
+		synctest.Test(t, func(t *testing.T) {
+			store := newFakeStore()
+			store.block.Store(true)
+			a := newEnv(t, store, "a", func(s *breaker.Settings) { s.StoreTimeout = time.Hour })
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			if _, err := a.Allow(cctx, t0); err != nil {
+				t.Fatal(err)
+			}
+			if waited := time.Since(start); waited != 20*time.Millisecond {
+				t.Errorf("Allow waited %v for the blocked store; want the caller's 20ms", waited)
+			}
+			if a.errs.count() != 0 {
+				t.Fatal("the caller's own deadline was reported as a store fault")
+			}
+		})
 	})
 	t.Run("store ignoring its context", func(t *testing.T) {
 		store := newFakeStore()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
@@ -634,64 +635,69 @@ func (h *hangingStore) Apply(ctx context.Context, _ budget.Key, _ budget.Update)
 	return 0, ctx.Err()
 }
 
+// TestGlobalCutsAHangingStore runs in a synctest bubble: the store's
+// goroutine has entered the store before the 5 ms StoreTimeout fires, and
+// the timeout fires at exactly 5 ms, whatever the machine's load.
 func TestGlobalCutsAHangingStore(t *testing.T) {
-	const timeout = 5 * time.Millisecond
-	for _, failClosed := range []bool{false, true} {
-		h := &hangingStore{}
-		g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: timeout, FailOpen: !failClosed})
-		record(g, t0, 10)
-		rel, err := g.AcquireRetry(context.Background(), t0, budget.Transient)
-		if rel != nil {
-			t.Fatal("Release with an error")
-		}
-		if !h.hasDL || h.deadline.Sub(h.entered) > timeout {
-			t.Fatalf("store got deadline %v (ok %v) at %v; want within %v", h.deadline, h.hasDL, h.entered, timeout)
-		}
-		var ue *budget.UnavailableError
-		if !errors.As(err, &ue) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("failClosed %v: %v, want an *UnavailableError for the deadline", failClosed, err)
-		}
-		if got := errors.Is(err, budget.ErrExhausted); got != failClosed {
-			t.Fatalf("failClosed %v: errors.Is(err, ErrExhausted) = %v (%v)", failClosed, got, err)
-		}
-		// Through the composition: fail open abstains, fail closed refuses.
-		var reported int
-		rel, err = layers.Acquire(context.Background(), t0.Add(500*time.Millisecond), budget.Transient,
-			[]budget.Budget{g}, func(int, error) { reported++ })
-		if failClosed {
-			var ex *budget.ExhaustedError
-			if !errors.As(err, &ex) || ex.RetryAfter <= 0 || reported != 1 || !errors.Is(err, budget.ErrUnavailable) {
-				t.Fatalf("fail closed via AcquireAll: %v, reported %d", err, reported)
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 5 * time.Millisecond
+		for _, failClosed := range []bool{false, true} {
+			h := &hangingStore{}
+			g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: timeout, FailOpen: !failClosed})
+			record(g, t0, 10)
+			rel, err := g.AcquireRetry(context.Background(), t0, budget.Transient)
+			if rel != nil {
+				t.Fatal("Release with an error")
 			}
-		} else if err != nil || rel != nil || reported != 1 {
-			t.Fatalf("fail open via AcquireAll: rel %v err %v reported %d", rel != nil, err, reported)
+			if !h.hasDL || h.deadline.Sub(h.entered) > timeout {
+				t.Fatalf("store got deadline %v (ok %v) at %v; want within %v", h.deadline, h.hasDL, h.entered, timeout)
+			}
+			var ue *budget.UnavailableError
+			if !errors.As(err, &ue) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("failClosed %v: %v, want an *UnavailableError for the deadline", failClosed, err)
+			}
+			if got := errors.Is(err, budget.ErrExhausted); got != failClosed {
+				t.Fatalf("failClosed %v: errors.Is(err, ErrExhausted) = %v (%v)", failClosed, got, err)
+			}
+			// Through the composition: fail open abstains, fail closed refuses.
+			var reported int
+			rel, err = layers.Acquire(context.Background(), t0.Add(500*time.Millisecond), budget.Transient,
+				[]budget.Budget{g}, func(int, error) { reported++ })
+			if failClosed {
+				var ex *budget.ExhaustedError
+				if !errors.As(err, &ex) || ex.RetryAfter <= 0 || reported != 1 || !errors.Is(err, budget.ErrUnavailable) {
+					t.Fatalf("fail closed via AcquireAll: %v, reported %d", err, reported)
+				}
+			} else if err != nil || rel != nil || reported != 1 {
+				t.Fatalf("fail open via AcquireAll: rel %v err %v reported %d", rel != nil, err, reported)
+			}
+			// That second ask was inside the cooldown: no store call.
+			if h.callCount != 1 {
+				t.Fatalf("%d calls to a failing store within the cooldown", h.callCount)
+			}
+			if st := g.Stats(); st.Faults != 1 || st.LostRequests != 10 || st.Unavailable != 2 {
+				t.Errorf("stats %+v", st)
+			}
 		}
-		// That second ask was inside the cooldown: no store call.
-		if h.callCount != 1 {
-			t.Fatalf("%d calls to a failing store within the cooldown", h.callCount)
-		}
-		if st := g.Stats(); st.Faults != 1 || st.LostRequests != 10 || st.Unavailable != 2 {
-			t.Errorf("stats %+v", st)
-		}
-	}
 
-	// A caller deadline shorter than StoreTimeout wins.
-	h := &hangingStore{}
-	g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: time.Hour})
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	dl, _ := ctx.Deadline()
-	if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, budget.ErrUnavailable) {
-		t.Fatalf("%v", err)
-	}
-	if !h.deadline.Equal(dl) {
-		t.Fatalf("store deadline %v, want the caller's %v", h.deadline, dl)
-	}
-	// The caller's own deadline is not a store fault: no cooldown, and a
-	// done context makes no call at all.
-	if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, context.DeadlineExceeded) || h.callCount != 1 {
-		t.Fatalf("done ctx: %v, %d calls", err, h.callCount)
-	}
+		// A caller deadline shorter than StoreTimeout wins.
+		h := &hangingStore{}
+		g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: time.Hour})
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		dl, _ := ctx.Deadline()
+		if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, budget.ErrUnavailable) {
+			t.Fatalf("%v", err)
+		}
+		if !h.deadline.Equal(dl) {
+			t.Fatalf("store deadline %v, want the caller's %v", h.deadline, dl)
+		}
+		// The caller's own deadline is not a store fault: no cooldown, and a
+		// done context makes no call at all.
+		if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, context.DeadlineExceeded) || h.callCount != 1 {
+			t.Fatalf("done ctx: %v, %d calls", err, h.callCount)
+		}
+	})
 }
 
 func TestGlobalFaultCooldown(t *testing.T) {

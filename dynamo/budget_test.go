@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -161,32 +162,37 @@ func TestBudgetApplyFaults(t *testing.T) {
 		}, deadline, context.DeadlineExceeded},
 		{"network", nil, func(context.Context) error { return errors.New("connection reset by peer") }, nil},
 	} {
+		// In a synctest bubble: the 1 ms deadline passes only once the
+		// request is in flight (the fake API waits for it), never before
+		// Apply has sent it, however slow the machine.
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := t.Context(), context.CancelFunc(func() {})
-			if c.ctx != nil {
-				ctx, cancel = c.ctx(t)
-			}
-			defer cancel()
-			var sent error
-			f := &fakeAPI{updateItem: func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
-				sent = c.err(ctx)
-				return nil, sent
-			}}
-			s := newFakeBudgetStore(t, f)
-			got, err := s.Apply(ctx, testKey, take(1))
-			if err == nil || errors.Is(err, budget.ErrInsufficient) || got != 0 {
-				t.Fatalf("Apply = %d, %v; want 0 and an error that is not ErrInsufficient", got, err)
-			}
-			if !errors.Is(err, sent) || (c.is != nil && !errors.Is(err, c.is)) {
-				t.Errorf("Apply error %v does not wrap the cause %v", err, sent)
-			}
-			want := Stats{Writes: 1, Errors: 1}
-			if c.name == "throttled" {
-				want.Throttled = 1
-			}
-			if st := s.Stats(); st != want {
-				t.Errorf("Stats = %+v, want one failed write", st)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := t.Context(), context.CancelFunc(func() {})
+				if c.ctx != nil {
+					ctx, cancel = c.ctx(t)
+				}
+				defer cancel()
+				var sent error
+				f := &fakeAPI{updateItem: func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+					sent = c.err(ctx)
+					return nil, sent
+				}}
+				s := newFakeBudgetStore(t, f)
+				got, err := s.Apply(ctx, testKey, take(1))
+				if err == nil || errors.Is(err, budget.ErrInsufficient) || got != 0 {
+					t.Fatalf("Apply = %d, %v; want 0 and an error that is not ErrInsufficient", got, err)
+				}
+				if !errors.Is(err, sent) || (c.is != nil && !errors.Is(err, c.is)) {
+					t.Errorf("Apply error %v does not wrap the cause %v", err, sent)
+				}
+				want := Stats{Writes: 1, Errors: 1}
+				if c.name == "throttled" {
+					want.Throttled = 1
+				}
+				if st := s.Stats(); st != want {
+					t.Errorf("Stats = %+v, want one failed write", st)
+				}
+			})
 		})
 	}
 }

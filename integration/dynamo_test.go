@@ -532,6 +532,13 @@ func TestDynamoBreakerMalformedItems(t *testing.T) {
 	}
 }
 
+// farWindow is the window of the tests that check items written with
+// fixed times: far in the future, because DynamoDB Local deletes items
+// whose expires has passed (time to live) at a moment of its own, and a
+// test that wrote expired items raced that sweep (an item written a moment
+// before was gone when read back, on a loaded machine).
+var farWindow = time.UnixMilli(4_100_000_000_000)
+
 // TestDynamoItemLayout checks the items the stores write against the layout
 // documented in package dynamo (and docs/ARCHITECTURE.md), attribute by
 // attribute, so that an operator's put-item and the code agree.
@@ -565,7 +572,7 @@ func TestDynamoItemLayout(t *testing.T) {
 	bs := newBudgetStore(t, api, table)
 	cs := newBreakerStore(t, api, table)
 	ctx := storeCtx(t)
-	w := time.UnixMilli(1_700_000_000_000)
+	w := farWindow
 
 	if _, err := bs.Apply(ctx, budget.Key{Name: "payments", Shard: 2, Window: w}, budget.Update{Floor: 3, Deposit: 4, Take: 1, Expires: w.Add(20*time.Second + time.Millisecond)}); err != nil {
 		t.Fatalf("Apply: %v", err)
@@ -576,19 +583,19 @@ func TestDynamoItemLayout(t *testing.T) {
 	if err := cs.SetOverride(ctx, "payments", breaker.ForcedOpen, w.Add(time.Hour)); err != nil {
 		t.Fatalf("SetOverride: %v", err)
 	}
-	// 1 s buckets: bucket 1,700,000,003 goes to slot 3.
-	if _, err := cs.Report(ctx, "payments", breaker.Report{Epoch: 1, Bucket: 1_700_000_003, Requests: 8, Successes: 2, Failures: 3, Samples: 4, WatchUntil: w.Add(20 * time.Second)}); err != nil {
+	// 1 s buckets: bucket 4,100,000,003 goes to slot 3.
+	if _, err := cs.Report(ctx, "payments", breaker.Report{Epoch: 1, Bucket: 4_100_000_003, Requests: 8, Successes: 2, Failures: 3, Samples: 4, WatchUntil: w.Add(20 * time.Second)}); err != nil {
 		t.Fatalf("Report: %v", err)
 	}
-	if _, err := cs.Report(ctx, "payments", breaker.Report{Epoch: 1, Bucket: 1_700_000_003, Requests: 1, Failures: 1, Samples: 1}); err != nil {
+	if _, err := cs.Report(ctx, "payments", breaker.Report{Epoch: 1, Bucket: 4_100_000_003, Requests: 1, Failures: 1, Samples: 1}); err != nil {
 		t.Fatalf("Report: %v", err)
 	}
 	// A breaker first written by a Report is created closed at epoch 0.
-	if _, err := cs.Report(ctx, "fresh", breaker.Report{Bucket: 1_700_000_011, Requests: 1, Successes: 1, Samples: 1}); err != nil {
+	if _, err := cs.Report(ctx, "fresh", breaker.Report{Bucket: 4_100_000_011, Requests: 1, Successes: 1, Samples: 1}); err != nil {
 		t.Fatalf("Report: %v", err)
 	}
 	// A transition empties the slots and keeps the watch.
-	if _, err := cs.Report(ctx, "moved", breaker.Report{Bucket: 1_700_000_005, Requests: 1, Failures: 1, Samples: 1, WatchUntil: w.Add(time.Minute)}); err != nil {
+	if _, err := cs.Report(ctx, "moved", breaker.Report{Bucket: 4_100_000_005, Requests: 1, Failures: 1, Samples: 1, WatchUntil: w.Add(time.Minute)}); err != nil {
 		t.Fatalf("Report: %v", err)
 	}
 	if _, err := cs.Transition(ctx, "moved", 0, breaker.Snapshot{State: breaker.Closed, Epoch: 1}); err != nil {
@@ -600,13 +607,13 @@ func TestDynamoItemLayout(t *testing.T) {
 	}
 
 	want := map[string]map[string]types.AttributeValue{
-		"b#payments#2#1700000000000": {"allowance": avN("6"), "expires": avN("1700000021")},
-		"c#payments": {"state": avS("open"), "epoch": avN("1"), "open_until": avN("1700000030000"), "reopens": avN("2"), "watch_until": avN("1700000020000"),
-			"b3": avN("1700000003"), "r3": avN("9"), "s3": avN("2"), "f3": avN("4"), "n3": avN("5")},
-		"c#fresh":                            {"state": avS("closed"), "epoch": avN("0"), "b1": avN("1700000011"), "r1": avN("1"), "s1": avN("1"), "f1": avN("0"), "n1": avN("1")},
-		"c#moved":                            {"state": avS("closed"), "epoch": avN("1"), "reopens": avN("0"), "watch_until": avN("1700000060000")},
+		"b#payments#2#4100000000000": {"allowance": avN("6"), "expires": avN("4100000021")},
+		"c#payments": {"state": avS("open"), "epoch": avN("1"), "open_until": avN("4100000030000"), "reopens": avN("2"), "watch_until": avN("4100000020000"),
+			"b3": avN("4100000003"), "r3": avN("9"), "s3": avN("2"), "f3": avN("4"), "n3": avN("5")},
+		"c#fresh":                            {"state": avS("closed"), "epoch": avN("0"), "b1": avN("4100000011"), "r1": avN("1"), "s1": avN("1"), "f1": avN("0"), "n1": avN("1")},
+		"c#moved":                            {"state": avS("closed"), "epoch": avN("1"), "reopens": avN("0"), "watch_until": avN("4100000060000")},
 		"c#payments#override":                {"override": avS("force-open"), "until": avN("1700003600000"), "expires": avN("1700090000")},
-		fmt.Sprintf("c#payments#p#%d", slot): {"epoch": avN("1"), "lease_until": avN("1700000005000"), "expires": avN("1700086405")},
+		fmt.Sprintf("c#payments#p#%d", slot): {"epoch": avN("1"), "lease_until": avN("4100000005000"), "expires": avN("1700086405")},
 	}
 	for pk, attrs := range want {
 		got := getItem(t, api, table, pk)
@@ -635,7 +642,7 @@ func TestDynamoSetOverrideReplacesEnd(t *testing.T) {
 	api := newStoreClient(t)
 	table := newTable(t)
 	cs := newBreakerStore(t, api, table)
-	w := time.UnixMilli(1_700_000_000_000)
+	w := farWindow
 	const pk = "c#ends#override"
 
 	steps := []struct {
@@ -644,9 +651,9 @@ func TestDynamoSetOverrideReplacesEnd(t *testing.T) {
 		until time.Time
 		want  map[string]types.AttributeValue
 	}{
-		{"an override with an end", breaker.ForcedOpen, w.Add(time.Hour), map[string]types.AttributeValue{"override": avS("force-open"), "until": avN("1700003600000"), "expires": avN("1700090000")}},
+		{"an override with an end", breaker.ForcedOpen, w.Add(time.Hour), map[string]types.AttributeValue{"override": avS("force-open"), "until": avN("4100003600000"), "expires": avN("4100090000")}},
 		{"then one without", breaker.ForcedOpen, time.Time{}, map[string]types.AttributeValue{"override": avS("force-open")}},
-		{"then another end", breaker.Disabled, w.Add(2 * time.Hour), map[string]types.AttributeValue{"override": avS("disabled"), "until": avN("1700007200000"), "expires": avN("1700093600")}},
+		{"then another end", breaker.Disabled, w.Add(2 * time.Hour), map[string]types.AttributeValue{"override": avS("disabled"), "until": avN("4100007200000"), "expires": avN("4100093600")}},
 		{"then none, which has no end", breaker.NoOverride, w.Add(3 * time.Hour), map[string]types.AttributeValue{"override": avS("none")}},
 	}
 	for _, s := range steps {

@@ -52,8 +52,8 @@ var dynamoEndpoint string
 
 // TestMain starts one DynamoDB Local for the whole test binary (fewer
 // containers coming and going means fewer chances for the network stalls
-// that a bridge whose MAC changes causes: see .ci/lib/podman.sh), runs the
-// tests and removes the container.
+// that a bridge whose MAC changes causes: see .ci/lib/podman.sh), warms it
+// up (warmUpDynamoDB), runs the tests and removes the container.
 //
 // If DynamoDB Local cannot be started the binary exits 1: the integration
 // tests fail, they never skip, so that a CI without a working container engine
@@ -64,6 +64,9 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	// Before any test, so that the leak checks ignore its goroutine.
+	stopStalls := startStallMonitor()
+	defer stopStalls()
 	if testing.Short() {
 		return m.Run()
 	}
@@ -80,6 +83,17 @@ func runMain(m *testing.M) int {
 	}
 	dynamoEndpoint = endpoint
 	fmt.Fprintf(os.Stderr, "integration: DynamoDB Local ready at %s after %v\n", endpoint, time.Since(start).Round(time.Millisecond))
+	// Before any test: a cold JVM would make the first tests measure it
+	// (see warmUpDynamoDB). How long it took is printed, not asserted.
+	warm, err := warmUpDynamoDB(endpoint)
+	fmt.Fprintf(os.Stderr, "integration: DynamoDB Local warm-up: %v\n", warm)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: integration: DynamoDB Local at %s does not work: %v\n", endpoint, err)
+		if serr := stop(); serr != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: integration: removing DynamoDB Local: %v\n", serr)
+		}
+		return 1
+	}
 
 	code := m.Run()
 

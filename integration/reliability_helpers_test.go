@@ -189,6 +189,11 @@ type relStoreWatch struct {
 	mark               atomic.Int64 // Unix ns; requests started at or after it count as resumption
 	attempted          atomic.Int64 // Unix ns of the earliest request started at or after mark; 0 = none yet
 	resumed            atomic.Int64 // Unix ns of the first success that ended at or after mark; 0 = none yet
+	// due is the Unix ns at which the first probe that asked the layer with
+	// a now at or after mark + its resumption bound returned (see
+	// relProbe); 0 = none yet. By then the layer must have started a
+	// request.
+	due atomic.Int64
 }
 
 // onRequest is a dynamo OnRequest hook, called when a request ends. A
@@ -221,6 +226,7 @@ func (w *relStoreWatch) onRequest(ri dynamo.RequestInfo) {
 func (w *relStoreWatch) watchFrom(t time.Time) {
 	w.attempted.Store(0)
 	w.resumed.Store(0)
+	w.due.Store(0)
 	w.mark.Store(t.UnixNano())
 }
 
@@ -256,31 +262,39 @@ const relProbeInterval = 5 * time.Millisecond
 // retry first, and come every relPaceInterval at best; without the probes
 // the time a layer takes to resume would include the wait for such a call,
 // which herdguard does not control. The breaker is asked only while it
-// reads Closed, so that no probe slot is taken. It returns a function that
-// stops the probes and reports the Global grants they received.
+// reads Closed, so that no probe slot is taken. Each probe passes the
+// layer the time it asks at, and the watch records when the first ask at
+// or after the mark plus the layer's resumption bound (FaultCooldown or
+// CacheTTL, + relResumeTolerance) returned: herdguard decides by the time
+// it is given, so that ask, however late a loaded machine ran it, must
+// have found the layer resumed (relCheckResume). It returns a function
+// that stops the probes and reports the Global grants they received.
 func (f *relFleet) probeLayers(ctx context.Context) (stop func() (grants int64)) {
 	ctx, cancel := context.WithCancel(ctx)
 	var (
 		wg     sync.WaitGroup
 		grants atomic.Int64
 	)
+	budgetBound, breakerBound := f.resumeBounds()
 	for _, e := range f.envs {
 		wg.Go(func() {
-			relProbe(ctx, &e.budgetW, func(now time.Time) {
+			relProbe(ctx, &e.budgetW, budgetBound, func(now time.Time) bool {
 				if rel, err := e.global.AcquireRetry(ctx, now, budget.Transient); err == nil {
 					grants.Add(1)
 					rel(budget.RetryNotUsed)
 				}
+				return true
 			})
 		})
 		wg.Go(func() {
-			relProbe(ctx, &e.brkW, func(now time.Time) {
+			relProbe(ctx, &e.brkW, breakerBound, func(now time.Time) bool {
 				if e.brk.State(now) != breaker.Closed {
-					return
+					return false
 				}
 				if p, err := e.brk.Allow(ctx, now); err == nil {
 					e.brk.Done(ctx, now, p, breaker.Excluded)
 				}
+				return true
 			})
 		})
 	}
@@ -291,13 +305,45 @@ func (f *relFleet) probeLayers(ctx context.Context) (stop func() (grants int64))
 	}
 }
 
+// resumeBounds are the times after DynamoDB's return within which each
+// environment's Global and breaker must start a store request when asked:
+// FaultCooldown and CacheTTL, each + relResumeTolerance.
+func (f *relFleet) resumeBounds() (budgetBound, breakerBound time.Duration) {
+	return f.cfg.FaultCooldown + relResumeTolerance, f.cfg.CacheTTL + relResumeTolerance
+}
+
+// allResumed reports whether every layer of every environment has worked
+// against the table since its watch's mark.
+func (f *relFleet) allResumed() bool {
+	for _, e := range f.envs {
+		if e.budgetW.resumed.Load() == 0 || e.brkW.resumed.Load() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// resumeWithin bounds the wait, after DynamoDB returns, until every layer
+// has worked again (allResumed): each tries within its cooldown
+// (resumeBounds; relCheckResume checks that), and a first request that
+// still misses the store timeout on a busy machine costs the layer one
+// more cooldown; two such misses are allowed for.
+func (f *relFleet) resumeWithin() time.Duration {
+	return 3*max(f.cfg.CacheTTL, f.cfg.FaultCooldown) + relResumeTolerance
+}
+
 // relProbe calls ask every relProbeInterval until w has seen a request
-// started since its mark, or ctx ends.
-func relProbe(ctx context.Context, w *relStoreWatch, ask func(now time.Time)) {
+// started since its mark, or ctx ends. ask reports whether it asked the
+// layer (with the now it is given); the first ask with a now at or after
+// the mark + bound sets w.due when it returns.
+func relProbe(ctx context.Context, w *relStoreWatch, bound time.Duration, ask func(now time.Time) bool) {
 	tick := time.NewTicker(relProbeInterval)
 	defer tick.Stop()
 	for w.attempted.Load() == 0 {
-		ask(time.Now())
+		now := time.Now()
+		if ask(now) && w.due.Load() == 0 && !now.Before(time.Unix(0, w.mark.Load()).Add(bound)) {
+			w.due.Store(time.Now().UnixNano())
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -364,12 +410,29 @@ func (c *relFleetConfig) fill() {
 	}
 }
 
-// relStoreTimeout is the store timeout of the reliability fleets: the
-// library's default (50 ms) doubled, because DynamoDB Local on a busy
-// two-core machine under the race detector answers a healthy UpdateItem in
-// more than 50 ms often enough to blur what the tests measure. The timeouts
-// the tests assert are derived from it.
+// relStoreTimeout is the store timeout of the reliability fleets that test
+// store faults: the library's default (50 ms) doubled, because DynamoDB
+// Local on a busy two-core machine under the race detector answers a
+// healthy UpdateItem in more than 50 ms often enough to blur what the
+// tests measure. The timeouts the tests assert are derived from it.
 const relStoreTimeout = 100 * time.Millisecond
+
+// relWorkingStoreTimeout is the store timeout of reliability fleets whose
+// test needs a working table rather than testing its faults (the restart
+// test's outages before and after the restart, which must open the breaker
+// fleet-wide, in the table). DynamoDB Local on a two-core machine with a
+// CPU hog on one core answered warm requests in up to 0.6 s (p90 0.1 s):
+// with a 100 ms timeout every environment fell back to its local state
+// machine and the table never opened, which is right for herdguard and
+// says nothing about what the test asks. Like TestFleetSharedBudgetAndBreaker's
+// 2 s, it keeps every store call bounded and rarely fires.
+const relWorkingStoreTimeout = time.Second
+
+// The breaker Window and ReportInterval of every relFleet environment.
+const (
+	relBreakerWindow  = 2 * time.Second
+	relReportInterval = 200 * time.Millisecond
+)
 
 // relEnv is one execution environment: its own Executor, local budget,
 // Global, Breaker and DynamoDB stores (sharing one client per fleet, as the
@@ -431,7 +494,7 @@ func newRelFleet(t testing.TB, api dynamo.API, table string, cfg relFleetConfig)
 			CacheTTL:     cfg.CacheTTL,
 			StoreTimeout: cfg.StoreTimeout,
 			MinRequests:  cfg.MinRequests,
-			Window:       2 * time.Second,
+			Window:       relBreakerWindow,
 			OpenDuration: cfg.OpenDuration,
 			ProbeLease:   cfg.ProbeLease,
 			Rand:         rand.New(rand.NewPCG(cfg.Seed, 1000+uint64(i))).Float64,
@@ -442,7 +505,7 @@ func newRelFleet(t testing.TB, api dynamo.API, table string, cfg relFleetConfig)
 				e.mu.Unlock()
 			},
 		}
-		knobs.BreakerReportInterval(&bset, 200*time.Millisecond)
+		knobs.BreakerReportInterval(&bset, relReportInterval)
 		e.brk, err = breaker.New(cfg.Name, bset)
 		if err != nil {
 			t.Fatalf("breaker.New: %v", err)

@@ -27,11 +27,13 @@ type relOwnDynamo struct {
 	endpoint  string
 	simulated bool
 	ctr       *tcdynamodb.DynamoDBContainer
+	logf      func(format string, args ...any) // the test's t.Logf
 }
 
-// relStartOwnDynamo starts the test's own DynamoDB Local and removes it when
-// the test ends. Without a container engine (HERDGUARD_DYNAMODB_ENDPOINT
-// set) it returns the shared endpoint, marked simulated.
+// relStartOwnDynamo starts the test's own DynamoDB Local, warms it up
+// (warmUpDynamoDB) and removes it when the test ends. Without a container
+// engine (HERDGUARD_DYNAMODB_ENDPOINT set) it returns the shared endpoint,
+// marked simulated.
 func relStartOwnDynamo(t *testing.T) *relOwnDynamo {
 	t.Helper()
 	if os.Getenv(envDynamoDBEndpoint) != "" {
@@ -62,14 +64,15 @@ func relStartOwnDynamo(t *testing.T) *relOwnDynamo {
 	if err != nil {
 		t.Fatalf("starting a DynamoDB Local of the test's own (image %s): %v", image, err)
 	}
-	d := &relOwnDynamo{ctr: ctr}
+	d := &relOwnDynamo{ctr: ctr, logf: t.Logf}
 	if d.endpoint, err = d.ready(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
 
-// ready returns the endpoint once DynamoDB Local answers.
+// ready returns the endpoint once DynamoDB Local answers and has been
+// warmed up: a container started (or started again) is a cold JVM.
 func (d *relOwnDynamo) ready(ctx context.Context) (string, error) {
 	hostPort, err := d.ctr.ConnectionString(ctx)
 	if err != nil {
@@ -77,6 +80,11 @@ func (d *relOwnDynamo) ready(ctx context.Context) (string, error) {
 	}
 	endpoint := "http://" + hostPort
 	if err := waitReady(endpoint, readyTimeout); err != nil {
+		return "", fmt.Errorf("DynamoDB Local at %s: %w", endpoint, err)
+	}
+	warm, err := warmUpDynamoDB(endpoint)
+	d.logf("the test's own DynamoDB Local at %s, warm-up: %v", endpoint, warm)
+	if err != nil {
 		return "", fmt.Errorf("DynamoDB Local at %s: %w", endpoint, err)
 	}
 	return endpoint, nil
@@ -95,8 +103,9 @@ func (d *relOwnDynamo) stop(ctx context.Context, proxy *faultproxy.Proxy, table 
 	return d.ctr.Stop(ctx, &timeout)
 }
 
-// start starts it again and points proxy at it. A container may come back
-// on another host port.
+// start starts it again, warms it up (while the proxy still refuses: for
+// the fleet DynamoDB is still away) and points proxy at it. A container
+// may come back on another host port.
 func (d *relOwnDynamo) start(ctx context.Context, proxy *faultproxy.Proxy) error {
 	if d.simulated {
 		proxy.Set(faultproxy.Fault{})
@@ -134,43 +143,49 @@ func relLoadBreaker(t *testing.T, endpoint, table, name string) (breaker.Snapsho
 	return st.Load(ctx, name)
 }
 
-// relAllStates returns a stop channel closed when every environment's last
-// announced breaker state is one of want (checked every 10 ms), and a
-// function that ends the watch.
-func relAllStates(f *relFleet, want ...breaker.State) (<-chan struct{}, func()) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			all := true
-			for _, e := range f.envs {
-				st := e.lastState()
-				ok := false
-				for _, w := range want {
-					ok = ok || st == w
-				}
-				all = all && ok
-			}
-			if all {
-				close(stop)
-				return
-			}
+// relAllIn reports whether every environment's last announced breaker
+// state is one of want.
+func relAllIn(f *relFleet, want ...breaker.State) bool {
+	for _, e := range f.envs {
+		st := e.lastState()
+		ok := false
+		for _, w := range want {
+			ok = ok || st == w
 		}
-	}()
-	var once bool
-	return stop, func() {
-		if !once {
-			once = true
-			close(done)
+		if !ok {
+			return false
 		}
 	}
+	return true
+}
+
+// relTableIn reports whether the fleet state in the table is one of want,
+// and what was read.
+func relTableIn(t *testing.T, endpoint, table, name string, want ...breaker.State) (bool, string) {
+	snap, err := relLoadBreaker(t, endpoint, table, name)
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, w := range want {
+		if snap.State == w {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("%v at epoch %d", snap.State, snap.Epoch)
+}
+
+// relTripWithin bounds how long after the partner goes down the shared
+// breaker is open in the table and in every environment of a relFleet
+// whose partner fails every call: the first ReportInterval's failures
+// (100 calls/s per environment: MinRequests within it) are reported
+// (StoreTimeout), the sliding estimate over the breaker Window trips and
+// the transition is written (StoreTimeout), and every environment reads it
+// within CacheTTL. One store fault on the way (a timed-out report or read
+// leaves the environment on its local state machine until it reads the
+// fleet again, CacheTTL later) can cost the whole path once more, hence
+// twice Window + CacheTTL. With the relFleet defaults: 6.4 s.
+func relTripWithin(cfg relFleetConfig) time.Duration {
+	return 2*(relBreakerWindow+cfg.CacheTTL) + relReportInterval + 2*cfg.StoreTimeout
 }
 
 // TestReliabilityDynamoRestart stops DynamoDB Local in the middle of a run
@@ -205,7 +220,10 @@ func TestReliabilityDynamoRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	api := relStoreClient(t, proxy.URL())
-	fleet := newRelFleet(t, api, table, relFleetConfig{Envs: 3, OpenDuration: 2 * time.Second})
+	// The outages must open the breaker in the table: a working table's
+	// store timeout (relWorkingStoreTimeout). While DynamoDB is away the
+	// proxy refuses connections, which fails store calls at once.
+	fleet := newRelFleet(t, api, table, relFleetConfig{Envs: 3, OpenDuration: 2 * time.Second, StoreTimeout: relWorkingStoreTimeout})
 	cfg := fleet.cfg
 	partner := &relPartner{}
 	ctx := t.Context()
@@ -217,23 +235,40 @@ func TestReliabilityDynamoRestart(t *testing.T) {
 		return ph
 	}
 	// outage opens the breaker in every environment with the partner down,
-	// then heals the partner and waits until every environment is closed.
+	// and waits (the fleet calling all along) until the table holds it open
+	// too, for at most relTripWithin; then heals the partner and waits until
+	// every environment is closed.
 	outage := func(name string) {
 		partner.setFailure(1)
-		open, endOpen := relAllStates(fleet, breaker.Open, breaker.HalfOpen)
-		run(name+": partner down", 6*time.Second, open)
+		tableOpen := func() (bool, string) {
+			return relTableIn(t, own.endpoint, table, cfg.Name, breaker.Open, breaker.HalfOpen)
+		}
+		open, endOpen := becomes(50*time.Millisecond, func() bool {
+			if !relAllIn(fleet, breaker.Open, breaker.HalfOpen) {
+				return false
+			}
+			ok, _ := tableOpen()
+			return ok
+		})
+		within := relTripWithin(cfg)
+		run(name+": partner down", within, open)
 		endOpen()
 		for _, e := range fleet.envs {
 			if st := e.lastState(); st != breaker.Open && st != breaker.HalfOpen {
-				t.Errorf("%s: env %d's breaker is %v after the partner was down for 6s; want open", name, e.id, st)
+				t.Errorf("%s: env %d's breaker is %v after the partner was down for %v; want open", name, e.id, st, within)
 			}
 		}
-		snap, err := relLoadBreaker(t, own.endpoint, table, cfg.Name)
-		if err != nil || (snap.State != breaker.Open && snap.State != breaker.HalfOpen) {
-			t.Errorf("%s: the fleet state in the table is %+v, %v; want open", name, snap, err)
+		// While the partner is down no probe can succeed, so a table seen
+		// open stays open or half-open: this read is the state the wait saw.
+		if ok, got := tableOpen(); !ok {
+			t.Errorf("%s: the fleet state in the table is %s after the partner was down for %v (relTripWithin); want open", name, got, within)
 		}
 		partner.setFailure(0)
-		closed, endClosed := relAllStates(fleet, breaker.Closed)
+		// Closed again: the open period (OpenDuration ± 20%) ends, a probe
+		// succeeds, every environment reads Closed within CacheTTL; a probe
+		// that lost a race re-opens for twice as long. 3 × OpenDuration +
+		// 2 s covers one such re-open.
+		closed, endClosed := becomes(10*time.Millisecond, func() bool { return relAllIn(fleet, breaker.Closed) })
 		run(name+": partner back", 3*cfg.OpenDuration+2*time.Second, closed)
 		endClosed()
 		for _, e := range fleet.envs {
@@ -241,7 +276,7 @@ func TestReliabilityDynamoRestart(t *testing.T) {
 				t.Errorf("%s: env %d's breaker is %v after the partner came back; want closed", name, e.id, st)
 			}
 		}
-		snap, err = relLoadBreaker(t, own.endpoint, table, cfg.Name)
+		snap, err := relLoadBreaker(t, own.endpoint, table, cfg.Name)
 		t.Logf("%s: fleet state in the table after it: %v at epoch %d (%v)", name, snap.State, snap.Epoch, err)
 	}
 
@@ -275,12 +310,15 @@ func TestReliabilityDynamoRestart(t *testing.T) {
 	var probeGrants int64
 	if err == nil {
 		stopProbes := fleet.probeLayers(ctx)
-		// Two cooldowns: a freshly started DynamoDB Local's JVM can miss the
-		// store timeout on the first request after its return (seen in CI: a
-		// Global tried at 661 ms, timed out, and cooled down for 1 s), and the
-		// first success must still fall inside this phase. The bound on the
-		// first attempt (relCheckResume) is unchanged.
-		time.Sleep(2*max(cfg.CacheTTL, cfg.FaultCooldown) + relResumeTolerance + 500*time.Millisecond)
+		// Wait, the fleet calling all along, until every layer of every
+		// environment has worked against the new table, for at most
+		// resumeWithin.
+		resumed, endResumed := becomes(10*time.Millisecond, fleet.allResumed)
+		select {
+		case <-resumed:
+		case <-time.After(fleet.resumeWithin()):
+		}
+		endResumed()
 		probeGrants = stopProbes()
 	}
 	close(stopFleet)

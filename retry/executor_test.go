@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/herdguard/herdguard"
@@ -411,23 +412,28 @@ func TestContextEndsDuringAttempt(t *testing.T) {
 			t.Errorf("Do = %v after %d calls; want context.Canceled and no call", err, calls)
 		}
 	})
+	// In a synctest bubble: the 1 ms deadline passes while the partner
+	// hangs, never before Do has made its first attempt, however slow the
+	// machine.
 	t.Run("deadline while waiting for the partner", func(t *testing.T) {
-		br := mustBreaker(t)
-		e := mustNew(t, retry.Config{Breaker: br, Clock: newFakeClock(), Idempotent: true})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		defer cancel()
-		calls := 0
-		err := e.Do(ctx, func(ctx context.Context, _ int) error {
-			calls++
-			<-ctx.Done() // the partner hangs
-			return ctx.Err()
+		synctest.Test(t, func(t *testing.T) {
+			br := mustBreaker(t)
+			e := mustNew(t, retry.Config{Breaker: br, Clock: newFakeClock(), Idempotent: true})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			defer cancel()
+			calls := 0
+			err := e.Do(ctx, func(ctx context.Context, _ int) error {
+				calls++
+				<-ctx.Done() // the partner hangs
+				return ctx.Err()
+			})
+			if calls != 1 || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Do = %v after %d calls; want DeadlineExceeded after 1", err, calls)
+			}
+			if c := br.Counts(); c.Failures != 1 {
+				t.Errorf("breaker counts = %+v; want a failure", c)
+			}
 		})
-		if calls != 1 || !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Do = %v after %d calls; want DeadlineExceeded after 1", err, calls)
-		}
-		if c := br.Counts(); c.Failures != 1 {
-			t.Errorf("breaker counts = %+v; want a failure", c)
-		}
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -21,6 +22,7 @@ import (
 	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/pipenet"
 	"github.com/herdguard/herdguard/retry"
 )
 
@@ -555,46 +557,64 @@ func TestTransportRefusalsCloseTheResponse(t *testing.T) {
 	})
 }
 
+// TestTransportAttemptTimeout runs in a synctest bubble over an in-memory
+// network (internal/pipenet), so the 20 ms AttemptTimeout is exact: the first
+// attempt hangs past it, the second answers in no time at all, whatever
+// the machine's load.
 func TestTransportAttemptTimeout(t *testing.T) {
-	release := make(chan struct{})
-	var n atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body) // lets the server notice the client hanging up
-		if n.Add(1) == 1 {
-			select { // slower than the attempt timeout
-			case <-r.Context().Done():
-			case <-release:
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release) // before the server closes, which waits for the handlers
+		var n atomic.Int64
+		var firstGaveUp atomic.Int64 // bubble time since the start at which the server saw the first attempt go
+		start := time.Now()
+		base, stop := pipenet.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body) // lets the server notice the client hanging up
+			if n.Add(1) == 1 {
+				select { // slower than the attempt timeout
+				case <-r.Context().Done():
+					firstGaveUp.Store(int64(time.Since(start)))
+				case <-release:
+				}
+				return
 			}
-			return
+			_, _ = io.WriteString(w, "ok")
+		}))
+		t.Cleanup(stop)
+		tt := &trackingTransport{base: base}
+		c := newClient(t, retry.Config{AttemptTimeout: 20 * time.Millisecond}, retry.TransportOptions{}, tt)
+		resp, err := c.Get(pipenet.URL)
+		if err != nil {
+			t.Fatal(err)
 		}
-		_, _ = io.WriteString(w, "ok")
-	}))
-	defer srv.Close()
-	defer close(release) // before srv.Close, which waits for the handlers
-	tt := &trackingTransport{base: http.DefaultTransport}
-	c := newClient(t, retry.Config{AttemptTimeout: 20 * time.Millisecond}, retry.TransportOptions{}, tt)
-	resp, err := c.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := readAll(t, resp); got != "ok" || n.Load() != 2 {
-		t.Fatalf("body %q after %d requests; want ok after 2", got, n.Load())
-	}
-	// The successful attempt's context lives until the body is closed.
-	if len(tt.ctxs) != 1 || tt.ctxs[0].Err() == nil {
-		t.Errorf("the attempt context was not released when the body was closed")
-	}
+		if got := readAll(t, resp); got != "ok" || n.Load() != 2 {
+			t.Fatalf("body %q after %d requests; want ok after 2", got, n.Load())
+		}
+		// Fake time: the call took the timed-out attempt's 20 ms, no more
+		// (the backoff waits are on the test's fake clock).
+		if took := time.Since(start); took != 20*time.Millisecond {
+			t.Errorf("the call took %v of the bubble's time; want exactly the 20ms attempt timeout", took)
+		}
+		synctest.Wait() // the server has noticed the first attempt go
+		if gone := time.Duration(firstGaveUp.Load()); gone != 20*time.Millisecond {
+			t.Errorf("the partner saw the first attempt go after %v; want when its 20ms timeout ended it", gone)
+		}
+		// The successful attempt's context lives until the body is closed.
+		if len(tt.ctxs) != 1 || tt.ctxs[0].Err() == nil {
+			t.Errorf("the attempt context was not released when the body was closed")
+		}
 
-	// Not idempotent: a POST without key that timed out is not repeated.
-	n.Store(0)
-	_, err = c.Post(srv.URL, "text/plain", strings.NewReader("x"))
-	if !errors.Is(err, context.DeadlineExceeded) || n.Load() != 1 || !strings.Contains(err.Error(), "attempt timed out after 20ms") {
-		t.Errorf("Post = %v after %d requests; want an attempt timeout after 1", err, n.Load())
-	}
-	var ne net.Error
-	if !errors.As(err, &ne) || !ne.Timeout() {
-		t.Errorf("the attempt timeout %v is not a net.Error timeout", err)
-	}
+		// Not idempotent: a POST without key that timed out is not repeated.
+		n.Store(0)
+		_, err = c.Post(pipenet.URL, "text/plain", strings.NewReader("x"))
+		if !errors.Is(err, context.DeadlineExceeded) || n.Load() != 1 || !strings.Contains(err.Error(), "attempt timed out after 20ms") {
+			t.Errorf("Post = %v after %d requests; want an attempt timeout after 1", err, n.Load())
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Errorf("the attempt timeout %v is not a net.Error timeout", err)
+		}
+	})
 }
 
 func TestTransportBodyOutlivesAttemptContext(t *testing.T) {
@@ -648,32 +668,40 @@ func TestNewTransportValidates(t *testing.T) {
 	}
 }
 
+// TestTransportLeaksNoGoroutines runs in a synctest bubble over an
+// in-memory network, so that the 50 ms AttemptTimeout fires on the slow
+// answers only, never on a fast one a loaded machine happened to delay;
+// goleak then checks, outside the bubble, that nothing was left behind
+// (the bubble itself would fail the test if a goroutine of it were left
+// blocked).
 func TestTransportLeaksNoGoroutines(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	var n atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		switch n.Add(1) % 4 {
-		case 1: // slower than the attempt timeout
-			<-r.Context().Done()
-		case 2:
-			w.Header().Set("Retry-After", "0")
-			w.WriteHeader(http.StatusTooManyRequests)
-			_, _ = w.Write(bytes.Repeat([]byte("z"), 100<<10)) // above the drain limit
-		default:
-			_, _ = io.WriteString(w, "ok")
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		base, stop := pipenet.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			switch n.Add(1) % 4 {
+			case 1: // slower than the attempt timeout
+				<-r.Context().Done()
+			case 2:
+				w.Header().Set("Retry-After", "0")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = w.Write(bytes.Repeat([]byte("z"), 100<<10)) // above the drain limit
+			default:
+				_, _ = io.WriteString(w, "ok")
+			}
+		}))
+		t.Cleanup(stop)
+		c := newClient(t, retry.Config{AttemptTimeout: 50 * time.Millisecond, MaxAttempts: 4, Budgets: noBudget}, retry.TransportOptions{}, base)
+		defer c.CloseIdleConnections() // through Transport to its base
+		for range 20 {
+			resp, err := c.Get(pipenet.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
 		}
-	}))
-	defer srv.Close()
-	c := newClient(t, retry.Config{AttemptTimeout: 50 * time.Millisecond, MaxAttempts: 4, Budgets: noBudget}, retry.TransportOptions{}, &http.Transport{})
-	defer c.CloseIdleConnections() // through Transport to its base
-	for range 20 {
-		resp, err := c.Get(srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		readAll(t, resp)
-	}
+	})
 }
 
 type idleCloser struct {

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/pipenet"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -67,7 +69,26 @@ type partner struct {
 func newPartner(t *testing.T, answer func(w http.ResponseWriter, r *http.Request, attempt int)) *partner {
 	t.Helper()
 	p := &partner{}
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.srv = httptest.NewServer(p.handler(answer))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+// newPipePartner is a partner on an in-memory network (internal/pipenet),
+// for tests in a synctest bubble: its URL is pipenet.URL, and fn's HTTP
+// client is pointed at it. Call it inside the bubble.
+func newPipePartner(t *testing.T, fn *function, answer func(w http.ResponseWriter, r *http.Request, attempt int)) *partner {
+	t.Helper()
+	p := &partner{}
+	tr, stop := pipenet.Serve(p.handler(answer))
+	t.Cleanup(stop)
+	fn.client = &http.Client{Transport: tr}
+	return p
+}
+
+// handler records each request and answers it with answer.
+func (p *partner) handler(answer func(w http.ResponseWriter, r *http.Request, attempt int)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.calls.Add(1)
 		a := r.Header.Get(retry.DefaultAttemptHeader)
 		p.mu.Lock()
@@ -76,9 +97,7 @@ func newPartner(t *testing.T, answer func(w http.ResponseWriter, r *http.Request
 		p.mu.Unlock()
 		n, _ := strconv.Atoi(a)
 		answer(w, r, n)
-	}))
-	t.Cleanup(p.srv.Close)
-	return p
+	})
 }
 
 func (p *partner) seen() (paths, attempts []string) {
@@ -557,50 +576,68 @@ func TestHandlePartnerAnswers(t *testing.T) {
 	}
 }
 
+// TestHandleAttemptTimeout runs in a synctest bubble over an in-memory
+// network, so that the 50 ms AttemptTimeout fires on the hanging first
+// attempt at exactly 50 ms and never on the second one, however loaded the
+// machine.
 func TestHandleAttemptTimeout(t *testing.T) {
-	// The first attempt hangs until the client gives up on it; the second
-	// answers.
-	p := newPartner(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
-		if attempt == 1 {
-			<-r.Context().Done()
-			return
+	synctest.Test(t, func(t *testing.T) {
+		// The first attempt hangs until the client gives up on it; the
+		// second answers.
+		cfg := testConfig(t, pipenet.URL)
+		cfg.AttemptTimeout = 50 * time.Millisecond
+		f := newFixture(t, cfg, nil)
+		p := newPipePartner(t, f.fn, func(w http.ResponseWriter, r *http.Request, attempt int) {
+			if attempt == 1 {
+				<-r.Context().Done()
+				return
+			}
+			bikesJSON(w, r, attempt)
+		})
+		start := time.Now()
+		resp := f.handle(t, context.Background(), request("nord-3"))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("got %d %s, want 200 from the second attempt", resp.StatusCode, resp.Body)
 		}
-		bikesJSON(w, r, attempt)
+		if _, attempts := p.seen(); strings.Join(attempts, ",") != "1,2" {
+			t.Errorf("attempts %v, want 1,2", attempts)
+		}
+		// One attempt timeout, then a backoff of at most MaxDelay.
+		if took := time.Since(start); took < cfg.AttemptTimeout || took > cfg.AttemptTimeout+cfg.MaxDelay {
+			t.Errorf("Handle took %v of the bubble's time; want the %v attempt timeout plus at most MaxDelay %v", took, cfg.AttemptTimeout, cfg.MaxDelay)
+		}
 	})
-	cfg := testConfig(t, p.srv.URL)
-	cfg.AttemptTimeout = 50 * time.Millisecond
-	f := newFixture(t, cfg, nil)
-	resp := f.handle(t, context.Background(), request("nord-3"))
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("got %d %s, want 200 from the second attempt", resp.StatusCode, resp.Body)
-	}
-	if _, attempts := p.seen(); strings.Join(attempts, ",") != "1,2" {
-		t.Errorf("attempts %v, want 1,2", attempts)
-	}
 }
 
+// TestHandleRespectsInvocationDeadline runs in a synctest bubble over an
+// in-memory network: the partner never answers and the attempt timeout is
+// longer than the invocation, so the invocation's deadline must end the
+// call at FlushTimeout + responseReserve before it, leaving time to flush
+// and answer. In the bubble's time that is exact, not a race between a
+// loaded machine and a wall-clock deadline.
 func TestHandleRespectsInvocationDeadline(t *testing.T) {
-	// The partner never answers and the attempt timeout is longer than the
-	// invocation: the invocation's deadline must end the call, leaving time
-	// to flush and answer.
-	p := newPartner(t, func(w http.ResponseWriter, r *http.Request, _ int) { <-r.Context().Done() })
-	cfg := testConfig(t, p.srv.URL)
-	cfg.AttemptTimeout = time.Minute
-	cfg.FlushTimeout = 100 * time.Millisecond
-	f := newFixture(t, cfg, nil)
-	deadline := time.Now().Add(1500 * time.Millisecond)
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	resp := f.handle(t, ctx, request("nord-3"))
-	if resp.StatusCode != http.StatusBadGateway {
-		t.Fatalf("got %d %s, want 502", resp.StatusCode, resp.Body)
-	}
-	if now := time.Now(); !now.Before(deadline) {
-		t.Errorf("Handle returned %v after the invocation's deadline", now.Sub(deadline))
-	}
-	if n := p.calls.Load(); n != 1 {
-		t.Errorf("partner called %d times; no retry fits after the deadline", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(t, pipenet.URL)
+		cfg.AttemptTimeout = time.Minute
+		cfg.FlushTimeout = 100 * time.Millisecond
+		f := newFixture(t, cfg, nil)
+		p := newPipePartner(t, f.fn, func(w http.ResponseWriter, r *http.Request, _ int) { <-r.Context().Done() })
+		deadline := time.Now().Add(1500 * time.Millisecond)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		resp := f.handle(t, ctx, request("nord-3"))
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("got %d %s, want 502", resp.StatusCode, resp.Body)
+		}
+		// The partner call ends FlushTimeout + responseReserve before the
+		// deadline; the flush (in-memory stores) takes no time here.
+		if left, want := time.Until(deadline), cfg.FlushTimeout+responseReserve; left != want {
+			t.Errorf("Handle returned %v before the invocation's deadline; want %v (FlushTimeout + responseReserve)", left, want)
+		}
+		if n := p.calls.Load(); n != 1 {
+			t.Errorf("partner called %d times; no retry fits after the deadline", n)
+		}
+	})
 }
 
 func TestHealthyInvocationsWriteNothing(t *testing.T) {
