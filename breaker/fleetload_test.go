@@ -422,7 +422,7 @@ func TestSharedFarOpenUntilIsClamped(t *testing.T) {
 }
 
 func TestMaxHalfOpenProbesIsTheStoreSlotCount(t *testing.T) {
-	// package dynamo keeps 64 probe slots per breaker (dynamo.MaxProbeSlots).
+	// package dynamo keeps 64 probe slots per breaker (one item each).
 	if _, err := breaker.New("p", breaker.Settings{HalfOpenProbes: 64}); err != nil {
 		t.Fatalf("HalfOpenProbes 64: %v", err)
 	}

@@ -110,7 +110,7 @@ func (f *awsSDKFixture) retryEvents() []retry.RetryEvent {
 // herdguard table, reached through dynamo.NewClient without the proxy.
 func newFleetBudgets(t *testing.T, name string, localMin, globalFloor int, globalRatio float64, now func() time.Time) (*relCounting, *budget.Global) {
 	t.Helper()
-	store, err := dynamo.NewBudgetStore(relStoreClient(t, dynamoEndpoint), newTable(t), dynamo.BudgetStoreConfig{})
+	store, err := dynamo.NewBudgetStore(relStoreClient(t, dynamoEndpoint), newTable(t), dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,9 +262,9 @@ func TestAWSRetryerSharedBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dynamo.CloseIdleConnections(storeAPI) })
+	t.Cleanup(func() { closeIdle(storeAPI) })
 	table := newTable(t)
-	store, err := dynamo.NewBreakerStore(storeAPI, table, dynamo.BreakerStoreConfig{})
+	store, err := dynamo.NewBreakerStore(storeAPI, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

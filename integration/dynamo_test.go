@@ -40,7 +40,7 @@ func newStoreClient(t testing.TB) *dynamodb.Client {
 
 func newBudgetStore(t testing.TB, api dynamo.API, table string) *dynamo.BudgetStore {
 	t.Helper()
-	s, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{})
+	s, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatalf("dynamo.NewBudgetStore: %v", err)
 	}
@@ -49,7 +49,7 @@ func newBudgetStore(t testing.TB, api dynamo.API, table string) *dynamo.BudgetSt
 
 func newBreakerStore(t testing.TB, api dynamo.API, table string) *dynamo.BreakerStore {
 	t.Helper()
-	s, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+	s, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatalf("dynamo.NewBreakerStore: %v", err)
 	}
@@ -705,7 +705,7 @@ func TestDynamoStatsCount(t *testing.T) {
 	bs := newBudgetStore(t, api, table)
 	// Probe slots are tried from slot 0, so the cost of each AcquireProbe
 	// below is known.
-	cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{Rand: func() float64 { return 0 }})
+	cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{Rand: func() float64 { return 0 }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -815,11 +815,11 @@ func TestDynamoStoresOnRequest(t *testing.T) {
 		defer mu.Unlock()
 		seen = append(seen, ri)
 	}
-	bs, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{OnRequest: hook})
+	bs, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{OnRequest: hook})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{OnRequest: hook})
+	cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{OnRequest: hook})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -309,11 +309,11 @@ func newFTEnv(t *testing.T, i int, table, endpoint string, clock *ftClock, log *
 	if err != nil {
 		t.Fatalf("%s: dynamo.NewClient: %v", e.id, err)
 	}
-	t.Cleanup(func() { dynamo.CloseIdleConnections(api) })
-	if e.budgets, err = dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{}); err != nil {
+	t.Cleanup(func() { closeIdle(api) })
+	if e.budgets, err = dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{}); err != nil {
 		t.Fatalf("%s: dynamo.NewBudgetStore: %v", e.id, err)
 	}
-	if e.breakers, err = dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{}); err != nil {
+	if e.breakers, err = dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{}); err != nil {
 		t.Fatalf("%s: dynamo.NewBreakerStore: %v", e.id, err)
 	}
 

@@ -179,7 +179,7 @@ func TestReliabilityBadBreakerItems(t *testing.T) {
 			op := func(context.Context, int) error { arrivals.Add(1); return nil }
 			newEnv := func() (*retry.Executor, *relStoreErrors) {
 				errs := &relStoreErrors{}
-				cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+				cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -286,13 +286,13 @@ func TestReliabilityBadBudgetItems(t *testing.T) {
 		{"allowance-fraction", relN("2500000.5")},
 		{"allowance-huge", relN("1e30")},
 		{"allowance-beyond-int64", relN("9223372036854775808")},
-		{"allowance-beyond-max", relN(strconv.FormatInt(dynamo.MaxAmount+1, 10))},
+		{"allowance-beyond-max", relN(strconv.FormatInt(maxAmount+1, 10))},
 	}
 	for i, tc := range cases {
 		for _, failClosed := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/failClosed=%v", tc.name, failClosed), func(t *testing.T) {
 				name := fmt.Sprintf("bad-budget-%d-%v", i, failClosed)
-				bs, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{})
+				bs, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -379,7 +379,7 @@ func TestReliabilityBadBudgetItems(t *testing.T) {
 				// allowance that could fund a retry.
 				got := relGet(t, admin, table, pk)["allowance"]
 				if n, ok := got.(*types.AttributeValueMemberN); ok {
-					if v, err := strconv.ParseInt(n.Value, 10, 64); err == nil && v >= 0 && v <= dynamo.MaxAmount {
+					if v, err := strconv.ParseInt(n.Value, 10, 64); err == nil && v >= 0 && v <= maxAmount {
 						t.Errorf("the broken item now holds a valid allowance %d (was %v)", v, tc.allowance)
 					}
 					t.Logf("%s: the item's allowance after %d calls: %s", tc.name, calls, n.Value)
@@ -401,11 +401,11 @@ func TestReliabilityBadNames(t *testing.T) {
 	table := newTable(t)
 	admin := newAPI(t)
 	api := relStoreClient(t, dynamoEndpoint)
-	dbs, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{})
+	dbs, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dcs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+	dcs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

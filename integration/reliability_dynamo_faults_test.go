@@ -266,11 +266,11 @@ type relResume struct {
 // failures on their own, could trip), which is not what the phase is for.
 func relWarmTable(t *testing.T, api dynamo.API, table string) {
 	t.Helper()
-	bs, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{})
+	bs, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+	cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

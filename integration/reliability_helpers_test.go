@@ -65,7 +65,7 @@ func relStoreClient(t testing.TB, endpoint string) *dynamodb.Client {
 	if err != nil {
 		t.Fatalf("dynamo.NewClient(%s): %v", endpoint, err)
 	}
-	t.Cleanup(func() { dynamo.CloseIdleConnections(c) })
+	t.Cleanup(func() { closeIdle(c) })
 	return c
 }
 
@@ -468,11 +468,11 @@ func newRelFleet(t testing.TB, api dynamo.API, table string, cfg relFleetConfig)
 	f := &relFleet{cfg: cfg}
 	for i := range cfg.Envs {
 		e := &relEnv{id: i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))}
-		bs, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{OnRequest: e.budgetW.onRequest})
+		bs, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{OnRequest: e.budgetW.onRequest})
 		if err != nil {
 			t.Fatalf("dynamo.NewBudgetStore: %v", err)
 		}
-		cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{OnRequest: e.brkW.onRequest})
+		cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{OnRequest: e.brkW.onRequest})
 		if err != nil {
 			t.Fatalf("dynamo.NewBreakerStore: %v", err)
 		}

@@ -551,7 +551,7 @@ func relCaseClient(t *rapid.T, proxy *faultproxy.Proxy) (*dynamodb.Client, func(
 	if err != nil {
 		t.Fatalf("dynamo.NewClient: %v", err)
 	}
-	return c, func() { dynamo.CloseIdleConnections(c) }
+	return c, func() { closeIdle(c) }
 }
 
 // relPropProxy starts a fault proxy in front of the shared DynamoDB Local
@@ -594,7 +594,7 @@ func TestReliabilityGlobalBoundProperty(t *testing.T) {
 		relRapidCheck(t, relDynamoCases, relDynamoSteps, func(rt *rapid.T) {
 			api, closeIdle := relCaseClient(rt, proxy)
 			defer closeIdle()
-			st, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{})
+			st, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{})
 			if err != nil {
 				rt.Fatal(err)
 			}
@@ -1333,7 +1333,7 @@ func TestReliabilityBreakerProperty(t *testing.T) {
 		relRapidCheck(t, relDynamoCases, relDynamoSteps, func(rt *rapid.T) {
 			api, closeIdle := relCaseClient(rt, proxy)
 			defer closeIdle()
-			st, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+			st, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 			if err != nil {
 				rt.Fatal(err)
 			}
@@ -1677,7 +1677,7 @@ func TestReliabilityBreakerReportsProperty(t *testing.T) {
 		relRapidCheck(t, relDynamoCases, relDynamoSteps, func(rt *rapid.T) {
 			api, closeIdle := relCaseClient(rt, proxy)
 			defer closeIdle()
-			st, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+			st, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 			if err != nil {
 				rt.Fatal(err)
 			}

@@ -134,7 +134,7 @@ func relLoadBreaker(t *testing.T, endpoint, table, name string) (breaker.Snapsho
 	t.Helper()
 	api, closeIdle := newClient(endpoint)
 	defer closeIdle()
-	st, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+	st, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		return breaker.Snapshot{}, err
 	}

@@ -188,11 +188,11 @@ func (s soakWindowed) Flush(ctx context.Context) error { return s.g.Flush(ctx) }
 // goroutines, on names the soak does not use.
 func soakWarmDynamo(t *testing.T, api dynamo.API, table string) {
 	t.Helper()
-	bs, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{})
+	bs, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+	cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,10 +287,10 @@ func TestSoak(t *testing.T) {
 		e := &env{tr: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: soakWorkers}}
 		e.http = &http.Client{Transport: e.tr}
 		t.Cleanup(e.tr.CloseIdleConnections)
-		if e.store, err = dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{}); err != nil {
+		if e.store, err = dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if e.cstore, err = dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{}); err != nil {
+		if e.cstore, err = dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		lr, err := local.NewRatio(local.RatioConfig{})
@@ -357,7 +357,7 @@ func TestSoak(t *testing.T) {
 		for _, e := range envs {
 			e.tr.CloseIdleConnections()
 		}
-		dynamo.CloseIdleConnections(api)
+		closeIdle(api)
 		proxy.CloseIdleConnections()
 	}
 	gOpen := runtime.NumGoroutine()

@@ -195,11 +195,11 @@ func setup(ctx context.Context, lookup func(string) (string, bool), stdout, stde
 	if err != nil {
 		return nil, err
 	}
-	budgetStore, err := dynamo.NewBudgetStore(client, cfg.Table, dynamo.BudgetStoreConfig{})
+	budgetStore, err := dynamo.NewBudgetStore(client, cfg.Table, dynamo.StoreOptions{})
 	if err != nil {
 		return nil, err
 	}
-	breakerStore, err := dynamo.NewBreakerStore(client, cfg.Table, dynamo.BreakerStoreConfig{})
+	breakerStore, err := dynamo.NewBreakerStore(client, cfg.Table, dynamo.StoreOptions{})
 	if err != nil {
 		return nil, err
 	}

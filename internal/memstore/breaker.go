@@ -67,8 +67,9 @@ type probeSlot struct {
 
 var _ breaker.Store = (*BreakerStore)(nil)
 
-// Bounds on a Report, those of the dynamo store (dynamo.MaxAmount and the
-// bounds its decoder puts on a slot), so that both refuse the same input.
+// Bounds on a Report, those of the dynamo store (its maxAmount, 2^53, and
+// the bounds its decoder puts on a slot), so that both refuse the same
+// input.
 const (
 	maxAmount = 1 << 53         // a count one Report may add
 	maxBucket = 253402300799999 // the Unix millisecond of 9999-12-31T23:59:59.999Z
