@@ -17,7 +17,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/integration/faultproxy"
+	"github.com/herdguard/herdguard/internal/faultproxy"
 	"github.com/herdguard/herdguard/internal/capacity"
 	"github.com/herdguard/herdguard/internal/layout"
 	"github.com/herdguard/herdguard/internal/memstore"

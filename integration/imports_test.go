@@ -41,6 +41,7 @@ func TestImportRules(t *testing.T) {
 		"internal/budgetcheck": {"budget"},
 		"internal/layers":      {"budget"},
 		"internal/globalcfg":   {"budget", "internal/knobs"},
+		"internal/faultproxy":  {"internal/capacity"},
 		"internal/ratio":       {"herdguard", "budget"},
 	}
 	awsFree := map[string]bool{"herdguard": true, "budget": true, "breaker": true, "local": true, "retry": true}

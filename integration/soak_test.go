@@ -21,7 +21,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/integration/faultproxy"
+	"github.com/herdguard/herdguard/internal/faultproxy"
 	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/herdguard/herdguard/integration/faultproxy"
+	"github.com/herdguard/herdguard/internal/faultproxy"
 	"github.com/herdguard/herdguard/internal/capacity"
 )
 
