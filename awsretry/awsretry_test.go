@@ -445,7 +445,7 @@ func TestDynamoClientNeverUsesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	br.ForceOpen()
+	br.Override(breaker.ForcedOpen)
 	exec, err := retry.New(retry.Config{Budgets: []budget.Budget{b}, Breaker: br})
 	if err != nil {
 		t.Fatal(err)
@@ -464,8 +464,8 @@ func TestDynamoClientNeverUsesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, isOurs := client.Options().Retryer.(*awsretry.Retryer); isOurs {
-		t.Fatal("dynamo.NewClient kept the awsretry.Retryer of the aws.Config")
+	if client.Options().Retryer == aws.Retryer(r) {
+		t.Fatal("dynamo.NewClient kept the awsretry retryer of the aws.Config")
 	}
 	_, err = client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String("t"),

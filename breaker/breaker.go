@@ -253,8 +253,8 @@ func (b *Breaker) Done(ctx context.Context, now time.Time, p Permit, o Outcome) 
 }
 
 // State returns the state as of now: the state an Allow at now would start
-// from, overrides included (ForceOpen reads as Open, ForceClose and
-// Disable as Closed). An open breaker whose open duration has passed reads
+// from, overrides included (ForcedOpen reads as Open, ForcedClosed and
+// Disabled as Closed). An open breaker whose open duration has passed reads
 // as HalfOpen. State makes no Store call.
 func (b *Breaker) State(now time.Time) State {
 	b.mu.Lock()
@@ -285,23 +285,21 @@ func (b *Breaker) Counts() Counts {
 	return c
 }
 
-// ForceOpen makes this process reject every call (OpenError.Forced is
-// true) until ForceClose, Disable or Reset. It takes precedence over the
-// state machine and over an override in the Store, and writes nothing to
-// the Store.
-func (b *Breaker) ForceOpen() { b.setOverride(ForcedOpen) }
-
-// ForceClose makes this process admit every call until ForceOpen, Disable
-// or Reset; outcomes are still counted but never trip the breaker. It
-// takes precedence over the state machine and over an override in the
-// Store, and writes nothing to the Store.
-func (b *Breaker) ForceClose() { b.setOverride(ForcedClosed) }
-
-// Disable turns the breaker off in this process until ForceOpen,
-// ForceClose or Reset: every call is admitted and nothing is counted. It
-// takes precedence over the state machine and over an override in the
-// Store, and writes nothing to the Store.
-func (b *Breaker) Disable() { b.setOverride(Disabled) }
+// Override sets this process's operator override until the next call of
+// Override or Reset: ForcedOpen rejects every call (OpenError.Forced is
+// true), ForcedClosed admits every call (outcomes are still counted but
+// never trip the breaker), Disabled admits every call and counts nothing,
+// and NoOverride hands the breaker back to its state machine and the
+// Store's override. It takes precedence over the state machine and over an
+// override in the Store, and writes nothing to the Store (fleet-wide
+// overrides are written with Store.SetOverride, or by hand: see package
+// dynamo). An Override outside these four is ignored.
+func (b *Breaker) Override(o Override) {
+	if o < NoOverride || o > Disabled {
+		return
+	}
+	b.setOverride(o)
+}
 
 // Reset clears this process's override and state: the breaker is closed,
 // with zero counts, in a new generation. A shared breaker also forgets its

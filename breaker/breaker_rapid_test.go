@@ -49,7 +49,7 @@ type rpPermit struct {
 // operator actions, and checks after every step:
 //
 //   - it never goes from open or half-open to closed unless a probe
-//     succeeded since it last opened, or an operator closed it (ForceClose,
+//     succeeded since it last opened, or an operator closed it (ForcedClosed,
 //     Disable, Reset);
 //   - a permit issued before the latest state change is dropped by Done: no
 //     count, no state change;
@@ -172,13 +172,13 @@ func TestRapidLocalBreaker(t *testing.T) {
 			"operator": func(rt *rapid.T) {
 				switch rapid.IntRange(0, 3).Draw(rt, "action") {
 				case 0:
-					b.ForceOpen()
+					b.Override(breaker.ForcedOpen)
 				case 1:
 					operatorClose = true
-					b.ForceClose()
+					b.Override(breaker.ForcedClosed)
 				case 2:
 					operatorClose = true
-					b.Disable()
+					b.Override(breaker.Disabled)
 				case 3:
 					operatorClose = true
 					b.Reset()

@@ -497,17 +497,17 @@ func TestOverrides(t *testing.T) {
 	b := newBreaker(t, breaker.Settings{OnStateChange: rec.hook, Jitter: -1})
 	calls(t, b, t0, breaker.Success, 3)
 
-	b.ForceOpen()
+	b.Override(breaker.ForcedOpen)
 	wantState(t, b, t0, breaker.Open)
 	_, err := b.Allow(ctx, t0)
 	if oe := mustOpenError(t, err); !oe.Forced || oe.State != breaker.Open || oe.RetryAfter != 0 {
 		t.Fatalf("forced open: %+v", oe)
 	}
 	if got := rec.last(t); got.from != breaker.Closed || got.to != breaker.Open || got.before.Successes != 3 {
-		t.Fatalf("ForceOpen announced %+v", got)
+		t.Fatalf("Override(ForcedOpen) announced %+v", got)
 	}
 
-	b.ForceClose()
+	b.Override(breaker.ForcedClosed)
 	wantState(t, b, t0, breaker.Closed)
 	calls(t, b, t0, breaker.Failure, 50) // counted, never trips
 	wantState(t, b, t0, breaker.Closed)
@@ -515,7 +515,7 @@ func TestOverrides(t *testing.T) {
 		t.Fatalf("forced closed: counts = %+v, want 50 failures", c)
 	}
 
-	b.Disable()
+	b.Override(breaker.Disabled)
 	calls(t, b, t0, breaker.Failure, 50)
 	if c := b.Counts(); c != (breaker.Counts{}) {
 		t.Fatalf("disabled: counts = %+v, want nothing counted", c)
@@ -531,11 +531,11 @@ func TestOverrides(t *testing.T) {
 		t.Fatalf("after Reset: counts = %+v", c)
 	}
 
-	// ForceClose over an open breaker admits at once; a call admitted
+	// ForcedClosed over an open breaker admits at once; a call admitted
 	// before the override belongs to an older generation.
 	calls(t, b, t0, breaker.Failure, 20)
 	wantState(t, b, t0, breaker.Open)
-	b.ForceClose()
+	b.Override(breaker.ForcedClosed)
 	p, err := b.Allow(ctx, t0)
 	if err != nil || p.Probe() {
 		t.Fatalf("force-closed over open: %v", err)

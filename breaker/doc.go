@@ -48,9 +48,10 @@
 // breaker). OnStateChange sees every change of the state State reports,
 // with the counts as they were just before it.
 //
-// ForceOpen, ForceClose and Disable are this process's operator overrides;
-// they beat both the state machine and an override stored in the Store,
-// and write nothing. Reset clears them.
+// Breaker.Override sets this process's operator override (ForcedOpen,
+// ForcedClosed, Disabled, or NoOverride to clear it); it beats both the
+// state machine and an override stored in the Store, and writes nothing.
+// Reset clears it too.
 //
 // # Shared mode
 //

@@ -121,13 +121,14 @@ func Example_fleet() {
 	// fresh environment rejected: true
 }
 
-// ForceOpen is a local kill switch: this process rejects every call.
-func ExampleBreaker_ForceOpen() {
+// Override(ForcedOpen) is a local kill switch: this process rejects every
+// call; NoOverride lifts it.
+func ExampleBreaker_Override() {
 	b, _ := breaker.New("ledger", breaker.Settings{})
-	b.ForceOpen()
+	b.Override(breaker.ForcedOpen)
 	_, err := b.Allow(context.Background(), time.Now())
 	fmt.Println(err)
-	b.Reset()
+	b.Override(breaker.NoOverride)
 	_, err = b.Allow(context.Background(), time.Now())
 	fmt.Println(err)
 	// Output:

@@ -560,9 +560,9 @@ func TestSharedOverrides(t *testing.T) {
 	if err := store.SetOverride(ctx, "partner", breaker.ForcedOpen, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	a.ForceClose()
+	a.Override(breaker.ForcedClosed)
 	if !call(t, a.Breaker, t0.Add(20*time.Second), breaker.Success) {
-		t.Fatal("local ForceClose did not beat the fleet's force-open")
+		t.Fatal("a local ForcedClosed did not beat the fleet's force-open")
 	}
 	a.Reset()
 	_, err = a.Allow(ctx, t0.Add(20*time.Second))
@@ -610,7 +610,7 @@ func TestSharedOverrides(t *testing.T) {
 func TestSharedLocalOverrideMakesNoStoreCalls(t *testing.T) {
 	store := newFakeStore()
 	a := newEnv(t, store, "a", nil)
-	a.ForceOpen()
+	a.Override(breaker.ForcedOpen)
 	for i := range 100 {
 		_, err := a.Allow(ctx, t0.Add(time.Duration(i)*time.Second))
 		mustOpenError(t, err)
@@ -794,7 +794,7 @@ func TestSharedOwnProbeInFlightHint(t *testing.T) {
 func TestSharedResetReloads(t *testing.T) {
 	store := newFakeStore()
 	a, _ := tripFleet(t, store, t0, nil)
-	a.ForceClose()
+	a.Override(breaker.ForcedClosed)
 	loads := store.loads.Load()
 	a.Reset()
 	_, err := a.Allow(ctx, t0.Add(100*time.Millisecond))

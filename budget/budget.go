@@ -130,8 +130,8 @@ type ExhaustedError struct {
 	// Retry-After header.
 	RetryAfter time.Duration
 	// Cause, if set, is why the budget refused when the reason is not its
-	// allowance: an *UnavailableError when a fleet-wide layer configured to
-	// fail closed could not reach its store.
+	// allowance: the store's fault, matching ErrUnavailable, when a
+	// fleet-wide layer configured to fail closed could not reach its store.
 	Cause error
 }
 
@@ -155,16 +155,17 @@ func (e *ExhaustedError) Unwrap() []error {
 	return []error{ErrExhausted, e.Cause}
 }
 
-// UnavailableError is a budget whose store failed. Err is the cause.
-type UnavailableError struct {
-	Budget string
-	Err    error
+// unavailableError is a budget whose store failed; it matches
+// ErrUnavailable and its cause, err.
+type unavailableError struct {
+	budget string
+	err    error
 }
 
 // Error names the budget and the cause.
-func (e *UnavailableError) Error() string {
-	return "herdguard: retry budget " + e.Budget + " unavailable: " + fmt.Sprint(e.Err)
+func (e *unavailableError) Error() string {
+	return "herdguard: retry budget " + e.budget + " unavailable: " + fmt.Sprint(e.err)
 }
 
 // Unwrap returns ErrUnavailable and the cause.
-func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }

@@ -133,9 +133,9 @@ type GlobalConfig struct {
 
 	// FailOpen chooses what AcquireRetry answers when the store fails
 	// (timeout, unreachable, malformed item). False (fail closed, the
-	// default) refuses the retry with an *ExhaustedError whose Cause is an
-	// *UnavailableError: a slow or broken table never lifts the fleet's
-	// bound. True answers the *UnavailableError itself, so that the
+	// default) refuses the retry with an *ExhaustedError whose Cause is the
+	// fault (matching ErrUnavailable): a slow or broken table never lifts
+	// the fleet's bound. True answers the fault itself, so that the
 	// retry.Executor lets the other layers, the local
 	// budget in each environment, decide alone; the fleet's retries are
 	// then bounded by those layers, which Lambda multiplies. Either way the
@@ -172,13 +172,13 @@ type GlobalStats struct {
 	// always holds.
 	RefusalWrites int64
 	// Throttled counts store calls answered with ErrThrottled (by
-	// AcquireRetry, a refusal; by Flush, an *UnavailableError). Their
+	// AcquireRetry, a refusal; by Flush, an ErrUnavailable error). Their
 	// requests stay pending: a throttled call applied nothing.
 	Throttled int64
 	// Unavailable counts AcquireRetry calls the store could not decide: a
 	// fault, the fault cooldown, or ctx done before the call. Failing
 	// closed (the default) they were also refused (and count in Refused);
-	// with FailOpen they were answered with an *UnavailableError.
+	// with FailOpen they were answered with an ErrUnavailable error.
 	Unavailable int64
 	// StoreCalls counts Store.Apply calls, whatever their outcome.
 	StoreCalls int64
@@ -359,8 +359,8 @@ type GlobalStats struct {
 // AcquireRetry and Flush make at most one, so they return within
 // StoreTimeout or ctx's deadline, whichever is first (given a Store that
 // honours ctx, as the contract requires). A fault is answered with an
-// *ExhaustedError wrapping an *UnavailableError (or, with FailOpen, the
-// *UnavailableError) and starts FaultCooldown, during which AcquireRetry
+// *ExhaustedError wrapping an error that matches ErrUnavailable and the
+// store's (or, with FailOpen, that error alone) and starts FaultCooldown, during which AcquireRetry
 // answers the same way from memory. The deposit sent in a failed call is
 // never sent again (see LostRequests): if it was applied, resending would
 // count the requests twice; if not, they are lost, which only lowers the
@@ -642,9 +642,9 @@ func (p pending) n() int64 { return p.cur + p.carry }
 // A refusal is an *ExhaustedError whose RetryAfter is the time to this
 // environment's next store contact (zero when the store's last answer
 // showed allowance, which the next call will try to take). A throttled
-// store call is a refusal whose Cause is an *UnavailableError wrapping the
-// store's error. A store fault is an *ExhaustedError whose Cause is an
-// *UnavailableError, or with FailOpen the *UnavailableError.
+// store call is a refusal whose Cause matches ErrUnavailable and wraps the
+// store's error. A store fault is an *ExhaustedError whose Cause matches
+// ErrUnavailable and wraps the fault, or with FailOpen that Cause alone.
 func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Release, error) {
 	w := g.windowIndex(now)
 
@@ -708,7 +708,7 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 		g.unappliedLocked(w, p, allowance, err)
 		g.stats.Refused++
 		g.stats.RefusalWrites++
-		return nil, g.refusal(g.nextContact.Sub(now), &UnavailableError{Budget: g.label, Err: err})
+		return nil, g.refusal(g.nextContact.Sub(now), &unavailableError{budget: g.label, err: err})
 	case errors.Is(err, ErrInsufficient):
 		g.unappliedLocked(w, p, allowance, err)
 	default:
@@ -737,8 +737,8 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 // Executor's clock): it costs no write
 // on the healthy path and about one per DepositInterval while retrying.
 // The deposit funds retries anywhere in the fleet, and would be lost if
-// the environment were frozen until the window ended. It returns an
-// *UnavailableError if the call fails (the requests are then lost, never
+// the environment were frozen until the window ended. It returns an error
+// matching ErrUnavailable if the call fails (the requests are then lost, never
 // sent again), is throttled (they stay pending), or is skipped during the
 // fault cooldown (they stay pending).
 func (g *Global) Flush(ctx context.Context, now time.Time) error {
@@ -755,7 +755,7 @@ func (g *Global) Flush(ctx context.Context, now time.Time) error {
 	}
 	if err := g.blockedLocked(ctx, now); err != nil {
 		g.mu.Unlock()
-		return &UnavailableError{Budget: g.label, Err: err}
+		return &unavailableError{budget: g.label, err: err}
 	}
 	g.sendLocked(p)
 	shard := g.pickShardLocked()
@@ -779,7 +779,7 @@ func (g *Global) Flush(ctx context.Context, now time.Time) error {
 	default:
 		g.faultLocked(ctx, now, p)
 	}
-	return &UnavailableError{Budget: g.label, Err: err}
+	return &unavailableError{budget: g.label, err: err}
 }
 
 // apply makes one store call bounded by StoreTimeout.
@@ -1060,7 +1060,7 @@ func (g *Global) faultError(now time.Time, cause error) error {
 }
 
 func (g *Global) faultErrorLocked(now time.Time, cause error) error {
-	u := &UnavailableError{Budget: g.label, Err: cause}
+	u := &unavailableError{budget: g.label, err: cause}
 	if g.cfg.FailOpen {
 		return u
 	}

@@ -651,7 +651,7 @@ func overrideExpression(name string, o breaker.Override, until time.Time) (strin
 	if err := names.Validate(name); err != nil {
 		return "", none, err
 	}
-	if _, err := breaker.ParseOverride(o.String()); err != nil {
+	if _, err := layout.ParseOverride(o.String()); err != nil {
 		return "", none, err
 	}
 	update := expression.Set(expression.Name(layout.AttrOverride), stringValue(o.String()))
@@ -757,7 +757,7 @@ func decodeOverride(key string, attrs map[string]types.AttributeValue) (breaker.
 	case !ok:
 		return breaker.NoOverride, time.Time{}, it.malformed(layout.AttrOverride, "is missing")
 	}
-	o, perr := breaker.ParseOverride(s)
+	o, perr := layout.ParseOverride(s)
 	if perr != nil {
 		return breaker.NoOverride, time.Time{}, it.malformed(layout.AttrOverride, "is %q, want \"none\", \"force-open\", \"force-closed\" or \"disabled\"", s)
 	}

@@ -17,10 +17,9 @@
 //
 //	rec, err := emf.New(os.Stdout, emf.Options{Namespace: "Herdguard",
 //		Dimensions: map[string]string{"FunctionName": fn, "Partner": "payments"}})
-//	br, err := breaker.New("payments", breaker.Settings{Store: ...,
-//		OnStateChange: rec.StateChange, OnStoreError: rec.BreakerStoreError})
-//	exec, err := retry.New(retry.Config{Budgets: ..., Breaker: br,
-//		OnRetry: rec.Retry, OnGiveUp: rec.GiveUp, OnStoreError: rec.StoreError})
+//	cfg := fleet.Config{}
+//	rec.Instrument(&cfg.Retry, &cfg.Breaker) // or a retry.Config and breaker.Settings of your own
+//	exec, err := fleet.New(ctx, api, table, "payments", cfg)
 //	// at the end of every invocation, after exec.Flush:
 //	err = rec.Flush()
 //
@@ -163,19 +162,61 @@ func New(w io.Writer, o Options) (*Recorder, error) {
 	return r, nil
 }
 
-// Retry counts a granted retry; it is a retry.Config.OnRetry.
-func (r *Recorder) Retry(retry.RetryEvent) { r.add(mRetries) }
+// Instrument makes the Recorder count what the hooks of an Executor's
+// configuration and of a breaker's settings report, before it is built:
+// cfg's OnRetry (Retries), OnGiveUp (BreakerRejected, BudgetExhausted and
+// the refusing budgets) and OnStoreError (BudgetStoreErrors); s's
+// OnStateChange (BreakerOpened, ...) and OnStoreError (BreakerStoreErrors).
+// A hook already set is kept and called after the Recorder has counted.
+// Either argument may be nil. With package fleet:
+//
+//	cfg := fleet.Config{}
+//	rec.Instrument(&cfg.Retry, &cfg.Breaker)
+//	exec, err := fleet.New(ctx, api, table, "payments", cfg)
+func (r *Recorder) Instrument(cfg *retry.Config, s *breaker.Settings) {
+	if cfg != nil {
+		onRetry, onGiveUp, onStoreError := cfg.OnRetry, cfg.OnGiveUp, cfg.OnStoreError
+		cfg.OnRetry = func(ev retry.RetryEvent) {
+			r.add(mRetries)
+			if onRetry != nil {
+				onRetry(ev)
+			}
+		}
+		cfg.OnGiveUp = func(gu *retry.GiveUpError) {
+			r.giveUp(gu)
+			if onGiveUp != nil {
+				onGiveUp(gu)
+			}
+		}
+		cfg.OnStoreError = func(layer int, err error) {
+			r.add(mBudgetStoreErrors)
+			if onStoreError != nil {
+				onStoreError(layer, err)
+			}
+		}
+	}
+	if s != nil {
+		onStateChange, onStoreError := s.OnStateChange, s.OnStoreError
+		s.OnStateChange = func(c breaker.StateChange) {
+			r.stateChange(c)
+			if onStateChange != nil {
+				onStateChange(c)
+			}
+		}
+		s.OnStoreError = func(op string, err error) {
+			r.add(mBreakerStoreErrors)
+			if onStoreError != nil {
+				onStoreError(op, err)
+			}
+		}
+	}
+}
 
-// StoreError counts a fault of a budget's store; it is a
-// retry.Config.OnStoreError.
-func (r *Recorder) StoreError(int, error) { r.add(mBudgetStoreErrors) }
-
-// GiveUp counts the calls the breaker refused and the retries a budget
-// refused; it is a retry.Config.OnGiveUp. The refusing budget's name is
-// listed in the flushed object's ExhaustedBudgets property (a log field,
-// not a dimension: it costs no extra metric). Other give-ups are the
-// caller's to count.
-func (r *Recorder) GiveUp(gu *retry.GiveUpError) {
+// giveUp counts the calls the breaker refused and the retries a budget
+// refused, with the refusing budget's name (listed in the flushed object's
+// ExhaustedBudgets property: a log field, not a dimension, so it costs no
+// extra metric). Other give-ups are the caller's to count.
+func (r *Recorder) giveUp(gu *retry.GiveUpError) {
 	switch gu.Reason {
 	case retry.BreakerOpen:
 		r.add(mBreakerRejected)
@@ -190,17 +231,13 @@ func (r *Recorder) GiveUp(gu *retry.GiveUpError) {
 	}
 }
 
-// BreakerStoreError counts a fault of the breaker's store; it is a
-// breaker.Settings.OnStoreError.
-func (r *Recorder) BreakerStoreError(string, error) { r.add(mBreakerStoreErrors) }
-
-// StateChange counts a change of the breaker's state seen by this
-// environment; it is a breaker.Settings.OnStateChange. A change this
-// environment decided itself rather than followed (Origin OriginWrote: it
-// wrote the fleet's transition; or OriginLocal: a breaker without a Store,
-// or one running on its local state machine while its Store fails) is also
-// counted in the metric named ...Written.
-func (r *Recorder) StateChange(c breaker.StateChange) {
+// stateChange counts a change of the breaker's state seen by this
+// environment. A change this environment decided itself rather than
+// followed (Origin OriginWrote: it wrote the fleet's transition; or
+// OriginLocal: a breaker without a Store, or one running on its local
+// state machine while its Store fails) is also counted in the metric named
+// ...Written.
+func (r *Recorder) stateChange(c breaker.StateChange) {
 	names, ok := transitionNames[c.To]
 	if !ok || c.From == c.To {
 		return

@@ -25,7 +25,7 @@ import (
 )
 
 // These tests put a real SDK client (service/dynamodb) behind an
-// awsretry.Retryer: its partner is an application table in DynamoDB Local,
+// awsretry retryer: its partner is an application table in DynamoDB Local,
 // reached through the fault proxy, which injects throttling and HTTP 500s
 // and counts every request that reaches it. The retry budgets and the
 // breaker keep their state in a herdguard table reached directly, through
@@ -242,7 +242,7 @@ func TestAWSRetryerSharedBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed.ForceOpen()
+	closed.Override(breaker.ForcedOpen)
 	appExec, err := retry.New(retry.Config{Breaker: closed})
 	if err != nil {
 		t.Fatal(err)
@@ -284,8 +284,8 @@ func TestAWSRetryerSharedBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.useConfig(t, retry.Config{MaxAttempts: 2, Breaker: br, Budgets: []budget.Budget{} /* the breaker alone */})
-	if _, ours := storeAPI.Options().Retryer.(*awsretry.Retryer); ours {
-		t.Fatal("dynamo.NewClient uses the awsretry.Retryer of its aws.Config")
+	if storeAPI.Options().Retryer == aws.Retryer(appRetryer) {
+		t.Fatal("dynamo.NewClient uses the awsretry retryer of its aws.Config")
 	}
 
 	// The partner fails every attempt until the breaker opens; it reports

@@ -25,6 +25,7 @@ import (
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/budget/budgettest"
 	"github.com/herdguard/herdguard/dynamo"
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // newStoreClient returns a DynamoDB client for the shared DynamoDB Local
@@ -969,7 +970,7 @@ func TestDynamoOperatorCommands(t *testing.T) {
 		}
 		puts++
 		putItem(t, api, table, item)
-		want, err := breaker.ParseOverride(parsed["override"]["S"])
+		want, err := layout.ParseOverride(parsed["override"]["S"])
 		if err != nil {
 			t.Fatalf("documented command %q: %v", line, err)
 		}

@@ -12,7 +12,7 @@ import (
 // other library package may depend on awsretry, dynamo least of all: the
 // stores' own DynamoDB client must never draw from the budgets and the
 // breaker it serves (awsretry's tests also show that dynamo.NewClient
-// ignores an awsretry.Retryer handed to it in an aws.Config).
+// ignores an awsretry retryer handed to it in an aws.Config).
 func TestImportRulesOfAdapters(t *testing.T) {
 	const mod = "github.com/herdguard/herdguard"
 	deps := func(pkg string) []string {
@@ -42,7 +42,7 @@ func TestImportRulesOfAdapters(t *testing.T) {
 			}
 		}
 	}
-	for _, pkg := range []string{"budget", "breaker", "local", "dynamo", "retry", "emf"} {
+	for _, pkg := range []string{"budget", "breaker", "local", "dynamo", "retry", "emf", "fleet"} {
 		for _, d := range deps(pkg) {
 			if d == mod+"/awsretry" {
 				t.Errorf("%s depends on awsretry", pkg)

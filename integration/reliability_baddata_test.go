@@ -355,7 +355,7 @@ func TestReliabilityBadBudgetItems(t *testing.T) {
 					_, err := g.AcquireRetry(context.Background(), clock.Now(), budget.Transient)
 					var m *dynamo.MalformedItemError
 					if !errors.Is(err, budget.ErrExhausted) || !errors.Is(err, budget.ErrUnavailable) || !errors.As(err, &m) {
-						t.Errorf("fail closed: AcquireRetry = %v; want an ExhaustedError wrapping the UnavailableError and its *dynamo.MalformedItemError", err)
+						t.Errorf("fail closed: AcquireRetry = %v; want an ExhaustedError wrapping the ErrUnavailable fault and its *dynamo.MalformedItemError", err)
 					}
 				} else {
 					m, all := errs.malformed("allowance")

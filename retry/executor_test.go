@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -176,7 +177,7 @@ func TestBudgetAccounting(t *testing.T) {
 		}
 	})
 	t.Run("unavailable layer abstains and is reported", func(t *testing.T) {
-		storeErr := &budget.UnavailableError{Budget: "global", Err: context.DeadlineExceeded}
+		storeErr := fmt.Errorf("global: %w: %w", budget.ErrUnavailable, context.DeadlineExceeded)
 		down, up := &fakeBudget{refuse: storeErr}, &fakeBudget{}
 		var logBuf bytes.Buffer
 		var layers []int
@@ -227,7 +228,7 @@ func TestBreaker(t *testing.T) {
 	ctx := context.Background()
 	t.Run("open rejects the first attempt", func(t *testing.T) {
 		br := mustBreaker(t)
-		br.ForceOpen()
+		br.Override(breaker.ForcedOpen)
 		b := &fakeBudget{}
 		var events []*retry.GiveUpError
 		e := mustNew(t, retry.Config{Breaker: br, Budgets: []budget.Budget{b}, Clock: newFakeClock(),
@@ -260,7 +261,7 @@ func TestBreaker(t *testing.T) {
 		calls := 0
 		err := e.Do(ctx, func(context.Context, int) error {
 			calls++
-			br.ForceOpen() // the partner goes down fleet-wide during the call
+			br.Override(breaker.ForcedOpen) // the partner goes down fleet-wide during the call
 			return status(503)
 		})
 		if calls != 1 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/memstore"
 	"github.com/herdguard/herdguard/retry"
@@ -30,7 +31,7 @@ func TestBreakerRejectedRetryChargesNoBudget(t *testing.T) {
 	calls := 0
 	err = e.Do(context.Background(), func(context.Context, int) error {
 		calls++
-		br.ForceOpen() // the fleet opens the breaker while the first attempt fails
+		br.Override(breaker.ForcedOpen) // the fleet opens the breaker while the first attempt fails
 		return status(503)
 	})
 	if gu := asGiveUp(t, err); gu.Reason != retry.BreakerOpen || gu.Attempts != 1 || calls != 1 {
@@ -44,7 +45,7 @@ func TestBreakerRejectedRetryChargesNoBudget(t *testing.T) {
 	}
 	// Once the breaker admits again, the allowance is all there: the
 	// floor of 5, not 4.
-	br.ForceClose()
+	br.Override(breaker.ForcedClosed)
 	granted := 0
 	for range 10 {
 		if rel, err := global.AcquireRetry(context.Background(), now, budget.Transient); err == nil {

@@ -133,7 +133,7 @@ func TestEveryFailureIsAGiveUpError(t *testing.T) {
 // the hook for loops the Executor does not run, return the same shape.
 func TestForeignLoopFailuresAreGiveUpErrors(t *testing.T) {
 	br := mustBreaker(t)
-	br.ForceOpen()
+	br.Override(breaker.ForcedOpen)
 	e := mustNew(t, retry.Config{Breaker: br, Clock: newFakeClock()})
 	_, err := e.StartAttempt(context.Background(), 1)
 	var gu *retry.GiveUpError

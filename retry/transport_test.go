@@ -510,7 +510,7 @@ func TestTransportRefusalsCloseTheResponse(t *testing.T) {
 	t.Run("breaker rejects a retry", func(t *testing.T) {
 		br := mustBreaker(t)
 		p := newPartner(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-			br.ForceOpen() // the fleet's breaker opens while the partner answers 503
+			br.Override(breaker.ForcedOpen) // the fleet's breaker opens while the partner answers 503
 			w.WriteHeader(http.StatusServiceUnavailable)
 		})
 		tt := &trackingTransport{base: http.DefaultTransport}
@@ -525,7 +525,7 @@ func TestTransportRefusalsCloseTheResponse(t *testing.T) {
 	})
 	t.Run("breaker rejects the first attempt", func(t *testing.T) {
 		br := mustBreaker(t)
-		br.ForceOpen()
+		br.Override(breaker.ForcedOpen)
 		c := newClient(t, retry.Config{Breaker: br}, retry.TransportOptions{}, nil)
 		body := &closeTracker{Reader: strings.NewReader("x")}
 		req, _ := http.NewRequest(http.MethodPut, "http://127.0.0.1:1", body)

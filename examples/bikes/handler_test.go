@@ -26,6 +26,8 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/fleet"
+	"github.com/herdguard/herdguard/internal/fleethook"
 	"github.com/herdguard/herdguard/internal/pipenet"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
@@ -175,6 +177,12 @@ func testConfig(t *testing.T, base string) Config {
 	}
 }
 
+// inMemory builds the executor fleet.New would build, over in-memory
+// stores instead of the table.
+func inMemory(budgets *local.BudgetStore, breakers *local.BreakerStore, name string) func(fleet.Config) (*retry.Executor, error) {
+	return func(fc fleet.Config) (*retry.Executor, error) { return fleethook.Build(budgets, breakers, name, fc) }
+}
+
 // newFixture builds a function over in-memory stores. clock may be nil
 // for the system clock.
 func newFixture(t *testing.T, cfg Config, clock *fakeClock) *fixture {
@@ -186,11 +194,10 @@ func newFixture(t *testing.T, cfg Config, clock *fakeClock) *fixture {
 		clock:    clock,
 	}
 	d := deps{
-		budgetStore:  f.budgets,
-		breakerStore: f.breakers,
-		rand:         lockedRand(1),
-		metrics:      f.emf,
-		logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		executor: inMemory(f.budgets, f.breakers, cfg.Name),
+		rand:     lockedRand(1),
+		metrics:  f.emf,
+		logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if clock != nil {
 		d.clock = clock
@@ -769,11 +776,11 @@ func TestLogLinesCarryTheRequestID(t *testing.T) {
 	p := newPartner(t, bikesJSON)
 	var logs syncBuffer
 	breakers := local.NewBreakerStore()
-	fn, err := newFunction(testConfig(t, p.srv.URL), deps{
-		budgetStore:  local.NewBudgetStore(),
-		breakerStore: breakers,
-		metrics:      &syncBuffer{},
-		logger:       slog.New(slog.NewJSONHandler(&logs, nil)),
+	cfg := testConfig(t, p.srv.URL)
+	fn, err := newFunction(cfg, deps{
+		executor: inMemory(local.NewBudgetStore(), breakers, cfg.Name),
+		metrics:  &syncBuffer{},
+		logger:   slog.New(slog.NewJSONHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
