@@ -107,7 +107,7 @@ type Classifier func(err error, idempotent bool) Verdict
 // layer (budget.ErrExhausted, breaker.ErrOpen, returned by an executor
 // nested inside the operation), which are never retried again on top
 // (NoRetryExcluded): retrying at every layer is what multiplies the load.
-// context.DeadlineExceeded is left to ClassifyNetwork, as a timeout.
+// context.DeadlineExceeded is left to classifyNetwork, as a timeout.
 func classifyControl(err error, _ bool) Verdict {
 	if errors.Is(err, context.Canceled) ||
 		errors.Is(err, budget.ErrExhausted) ||

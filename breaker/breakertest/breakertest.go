@@ -76,7 +76,7 @@ func (s *suite) name(t *testing.T) string {
 	return name
 }
 
-// sanitize replaces the characters budget.ValidateName rejects.
+// sanitize replaces the characters the name rule (internal/names) rejects.
 func sanitize(s string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
@@ -701,7 +701,7 @@ func (s *suite) invalidNameRejected(t *testing.T) {
 		cancel()
 		for op, err := range map[string]error{"Load": errLoad, "Report": errReport, "Transition": errTransition, "AcquireProbe": errProbe, "SetOverride": errOverride} {
 			if !errors.Is(err, breaker.ErrStore) {
-				t.Fatalf("%s with name %q returned %v; want an error satisfying errors.Is(err, breaker.ErrStore) (see budget.ValidateName)", op, name, err)
+				t.Fatalf("%s with name %q returned %v; want an error satisfying errors.Is(err, breaker.ErrStore) (see breaker.New on names)", op, name, err)
 			}
 		}
 	}

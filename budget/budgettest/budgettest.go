@@ -65,7 +65,7 @@ func (s *suite) key(t *testing.T) budget.Key {
 	return budget.Key{Name: name, Shard: 0, Window: window}
 }
 
-// sanitize replaces the characters budget.ValidateName rejects.
+// sanitize replaces the characters the name rule (internal/names) rejects.
 func sanitize(s string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
@@ -273,7 +273,7 @@ func (s *suite) invalidNameRejected(t *testing.T) {
 		k := budget.Key{Name: name, Window: valid.Window}
 		got, err := apply(t, st, k, update(k, 5, 0, 0))
 		if err == nil {
-			t.Fatalf("Apply with name %q = %d, <nil>; want an error (see budget.ValidateName)", name, got)
+			t.Fatalf("Apply with name %q = %d, <nil>; want an error (see budget.NewGlobal on names)", name, got)
 		}
 		if errors.Is(err, budget.ErrInsufficient) {
 			t.Fatalf("Apply with name %q returned %v; an invalid name is not a refusal", name, err)

@@ -189,7 +189,7 @@ func (f *function) fetch(ctx context.Context, station string, attempt int) ([]by
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPartnerBody+1))
 	if err != nil {
-		return nil, err // a timeout or reset while reading: ClassifyNetwork decides
+		return nil, err // a timeout or reset while reading: the built-in classification decides
 	}
 	if len(body) > maxPartnerBody {
 		return nil, &badAnswerError{reason: fmt.Sprintf("a body over %d bytes", maxPartnerBody)}

@@ -67,7 +67,7 @@ func (n SlotNames) Counts() [4]string {
 	return [4]string{n.Requests, n.Successes, n.Failures, n.Samples}
 }
 
-// Key layout. Names pass budget.ValidateName, so they never contain the
+// Key layout. Names pass the name rule (internal/names), so they never contain the
 // separator '#', and the prefixes "b#" and "c#" keep budgets and breakers
 // apart: two different (kind, name, ...) tuples never map to one key.
 const (

@@ -58,7 +58,7 @@ func NewBudgetStore(o Options) *BudgetStore {
 // expiry time on success.
 //
 // It fails without touching the store if ctx is done, if k.Name fails
-// budget.ValidateName, if k.Shard or a field of u is negative, or if the
+// the name rule (internal/names), if k.Shard or a field of u is negative, or if the
 // sum would overflow; and, with a Meter, if the write is throttled
 // (errors.Is(err, budget.ErrThrottled)). A refusal is billed as a write
 // of the item as it stands.
