@@ -11,86 +11,132 @@ import (
 // and why it settles instead of oscillating. These are fixed by the design.
 const (
 	// adaptiveHeadroom is K in the Google SRE book's client-side
-	// throttling: the fleet admits K times the calls the partner accepts.
-	// Its admitted calls then fail 1 − 1/K = 20% of the time at the fixed
-	// point, far enough above adaptiveHealthy that sampling noise does not
-	// make the fleet believe the partner healed.
-	adaptiveHeadroom = 1.2
+	// throttling: while the partner turns calls away, the fleet admits K
+	// times the calls it accepts. At the fixed point the admitted calls
+	// then fail 1 − 1/K = 13% of the time, clearly apart from the
+	// adaptiveHealthy share that says the partner has room again, and the
+	// partner sees 15% more attempts than it serves: the price of finding
+	// out, without a probe, that it serves more.
+	adaptiveHeadroom = 1.15
 	// adaptiveMinAdmit is the share of calls admitted however badly the
-	// partner fails: the probes that see it heal.
+	// partner fails: the calls that see it heal.
 	adaptiveMinAdmit = 0.02
-	// adaptiveHealthy: when fewer than this share of the admitted calls
-	// fail, the partner has room again: the fleet admits twice the share it
-	// admitted (slow start), and everything once that is all.
+	// adaptiveHealthy: while the fleet throttles, admitted calls of which
+	// at most this share fail (over the latest adaptiveHealthySamples
+	// sampled outcomes) say the partner has room for more than is
+	// admitted; the fleet then doubles the share it admits, and admits
+	// every call at once if none failed or the share is half of them or
+	// more.
 	adaptiveHealthy = 0.05
-	// adaptiveMinSamples is the number of sampled outcomes the throttle
-	// needs before it changes the share admitted.
-	adaptiveMinSamples = 20
-	// adaptiveBuckets is how many buckets (the current one included) the
-	// throttle's estimate covers: a few seconds, so that it follows the
-	// partner within seconds in both directions.
-	adaptiveBuckets = 3
+	// adaptiveHealthySamples is the number of sampled outcomes the latest
+	// counts must hold before they can say the partner has room: at the
+	// fixed point (13% of admitted calls failing) 100 outcomes with at
+	// most 5% failures happen 0.7% of the time, none failing about one
+	// time in a million.
+	adaptiveHealthySamples = 100
+	// adaptiveLatestBuckets is how far back the latest counts go, from
+	// now's bucket, to hold adaptiveHealthySamples outcomes.
+	adaptiveLatestBuckets = 3
+	// adaptiveReadsPerTTL: while the fleet watches, an adaptive breaker
+	// reads the fleet state every CacheTTL / adaptiveReadsPerTTL, so that
+	// the share it admits follows the fleet's counts within a quarter of
+	// a second rather than a second, at the start of an outage and when
+	// the partner recovers.
+	adaptiveReadsPerTTL = 4
+	// adaptiveStartZ is how many standard errors above FailureRatio the
+	// fleet's estimated failure ratio must be for the fleet to start
+	// throttling.
+	adaptiveStartZ = 2.0
 )
 
 // admitShareLocked returns the share of calls the fleet admits at now, by
-// the counts in the snapshot held, over the latest adaptiveBuckets buckets:
-// R the calls that asked to go (admitted or not), A and F the admitted
-// calls' successes and failures, and prev = (A + F) / R the share the fleet
-// admitted then.
+// the counts in the snapshot held.
 //
-// The fleet throttles only in a major outage: while it admits every call
-// (prev ≈ 1) it starts only when the hard-stop breaker would trip
-// (fleetTripsLocked), so that a partial outage (failures under
-// FailureRatio) is left to the retry budgets. Once it throttles, the share
-// is K × A / R (the Google SRE book's client-side throttling: admitting K
-// times what the partner accepts), kept within [prev / 2, 2 × prev] so
-// that a few unlucky samples cannot shut the fleet down, and at least
-// adaptiveMinAdmit; it admits everything again as soon as the latest
-// bucket's admitted calls fail less than adaptiveHealthy of the time.
+// Over the rolling window (the FleetSlots buckets ending with now's), R
+// is the calls that asked to go (admitted or not), A and F the admitted
+// calls' successes and failures, and prev = (A + F) / R the share the
+// fleet admitted then. The latest counts are those of the newest buckets,
+// from now's back, that together hold adaptiveHealthySamples outcomes
+// (at most adaptiveLatestBuckets buckets).
+//
+//   - No failure in the window: every call goes.
+//   - The fleet admitted every call (prev ≥ 1 − adaptiveHealthy): it
+//     starts throttling only when the hard-stop breaker would trip
+//     (fleetTripsLocked: FailureRatio plus a standard error, at least
+//     MinRequests samples), so that a partial outage is left to the retry
+//     budgets; otherwise every call goes.
+//   - The fleet throttles, and the latest admitted calls fail at most
+//     adaptiveHealthy of the time: the partner has room for more than is
+//     admitted, and the share doubles (from the share admitted in the
+//     latest counts); every call goes if none of them failed, or if the
+//     share admitted was half of them or more.
+//   - Otherwise it admits K × A / R (the Google SRE book's client-side
+//     throttling: K times what the partner accepts), at most 2 × prev, at
+//     least adaptiveMinAdmit.
 func (b *Breaker) admitShareLocked(now time.Time) float64 {
 	cur := b.bucketOf(now)
-	var req, acc, fail, n int64
-	var last Bucket // the latest complete bucket
+	var win Bucket
+	var recent [adaptiveLatestBuckets]Bucket // recent[i]: bucket cur − i
 	for _, bk := range b.snap.Buckets {
-		if bk.Num > cur-adaptiveBuckets && bk.Num <= cur {
-			req += bk.Requests
-			acc += bk.Successes
-			fail += bk.Failures
-			n += bk.Samples
+		if bk.Num <= cur-FleetSlots || bk.Num > cur {
+			continue
 		}
-		if bk.Num == cur-1 {
-			last = bk
+		win.add(bk)
+		if i := cur - bk.Num; i < adaptiveLatestBuckets {
+			recent[i] = bk
 		}
 	}
-	if fail == 0 || req == 0 {
+	if win.Failures == 0 || win.Requests == 0 {
 		return 1
 	}
-	prev := math.Min(1, float64(acc+fail)/float64(req))
-	throttling := prev < 1-adaptiveHealthy
-	if !throttling {
-		// It starts when the hard-stop breaker would trip.
-		if !b.fleetTripsLocked(now) {
+	prev := math.Min(1, float64(win.Successes+win.Failures)/float64(win.Requests))
+	if prev >= 1-adaptiveHealthy {
+		if !b.fleetAboveLocked(now, adaptiveStartZ) {
 			return 1
 		}
-	} else if last.Samples >= adaptiveMinSamples && float64(last.Failures) < adaptiveHealthy*float64(last.Successes+last.Failures) {
-		// The latest bucket's admitted calls succeeded: the partner has
-		// recovered, or has room for more than was admitted.
-		return 1
+	} else {
+		var latest Bucket
+		for _, bk := range recent {
+			if latest.Samples >= adaptiveHealthySamples {
+				break
+			}
+			latest.add(bk)
+		}
+		if latest.Samples >= adaptiveHealthySamples && latest.Requests > 0 &&
+			float64(latest.Failures) <= adaptiveHealthy*float64(latest.Successes+latest.Failures) {
+			admitted := float64(latest.Successes+latest.Failures) / float64(latest.Requests)
+			if admitted >= 0.5 || latest.Failures == 0 {
+				return 1
+			}
+			return math.Max(adaptiveMinAdmit, 2*admitted)
+		}
 	}
-	share := adaptiveHeadroom * float64(acc) / float64(req)
-	share = math.Min(math.Max(share, prev/2), 2*prev)
+	share := adaptiveHeadroom * float64(win.Successes) / float64(win.Requests)
+	share = math.Min(share, 2*prev)
 	return math.Min(1, math.Max(adaptiveMinAdmit, share))
 }
 
-// throttleLocked decides, for a call that the closed fleet would admit,
-// whether adaptive throttling rejects it; the call has been sampled (as a
-// request) already.
-func (b *Breaker) throttleLocked(now time.Time) error {
+// add adds c's counts to b's (Num aside).
+func (b *Bucket) add(c Bucket) {
+	b.Requests += c.Requests
+	b.Successes += c.Successes
+	b.Failures += c.Failures
+	b.Samples += c.Samples
+}
+
+// throttleLocked decides whether adaptive throttling rejects a call that
+// the closed fleet would admit at now. While the fleet throttles it
+// rejects every retry: the partner turned the attempt before it away, the
+// share admitted already carries K times what the partner accepts, and a
+// retry admitted takes the place of a first attempt, which the fleet's
+// counts do not see (retries are not sampled): admitted, retries would
+// lower the accepted share the law measures, and the share with it.
+func (b *Breaker) throttleLocked(now time.Time, retry bool) error {
 	if !b.s.Adaptive || !b.samplingLocked(now) {
 		return nil
 	}
 	share := b.admitShareLocked(now)
-	if share >= 1 || b.randLocked() < share {
+	if share >= 1 || (!retry && b.randLocked() < share) {
 		return nil
 	}
 	return &OpenError{Name: b.name, State: Closed, RetryAfter: b.s.CacheTTL, Throttled: true, Admitting: share}

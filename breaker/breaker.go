@@ -130,6 +130,14 @@ type Breaker struct {
 	pend       pending
 	reportBusy bool // a Report (or an alarm) is in flight
 	lastReport time.Time
+	// sampleFrom is when this environment starts sampling in the watch
+	// it follows (zero: not drawn yet); firstDone: its first window,
+	// [sampleFrom, sampleFrom + the report interval), has closed; ready holds
+	// that window's counts until they are reported (see
+	// drawSampleFromLocked).
+	sampleFrom time.Time
+	firstDone  bool
+	ready      pending
 	lastAlarm  time.Time
 }
 
@@ -234,6 +242,9 @@ func (b *Breaker) Done(ctx context.Context, now time.Time, p Permit, o Outcome) 
 		return
 	}
 	w := b.word.Load()
+	// A sampled call always takes the lock: its outcome is a fleet count,
+	// whatever the flags say by now (a success dropped here while a
+	// failure is counted would bias the fleet's estimate).
 	if w&flagSlowDone == 0 && p.gen == w>>genShift && p.kind == permitCall && p.weight == 0 {
 		switch o {
 		case Success:
@@ -583,8 +594,13 @@ func (b *Breaker) randLocked() float64 {
 // before making it).
 func (b *Breaker) freshUntilLocked(now time.Time) int64 {
 	ttl := b.s.CacheTTL
-	if b.sharedLocked() && b.state == Closed && !b.watchingLocked(now) {
-		ttl *= quietTTLFactor // quiet: a failure here reads at once (see runAlarm)
+	if b.sharedLocked() && b.state == Closed {
+		switch {
+		case !b.watchingLocked(now):
+			ttl *= quietTTLFactor // quiet: a failure here reads at once (see runAlarm)
+		case b.s.Adaptive:
+			ttl /= adaptiveReadsPerTTL // the share admitted follows the fleet's counts
+		}
 	}
 	t := now.Add(ttl)
 	if b.sharedLocked() && (b.state == Open || b.state == HalfOpen) {
@@ -625,7 +641,8 @@ func (b *Breaker) admitLocked(now time.Time, retry bool) decision {
 	if !retry {
 		w = b.sampleLocked(now)
 	}
-	if err := b.throttleLocked(now); err != nil {
+	if err := b.throttleLocked(now, retry); err != nil {
+		b.countRequestLocked(now, w)
 		return decision{err: err}
 	}
 	b.win.addRequest(now.UnixNano())
@@ -803,7 +820,8 @@ func (b *Breaker) newGenerationLocked() {
 	b.succMark.Store(0)
 	b.consecFail.Store(0)
 	clear(b.probes)
-	b.pend = pending{}
+	b.pend, b.ready = pending{}, pending{}
+	b.sampleFrom, b.firstDone = time.Time{}, false
 }
 
 // advanceLocked moves a local (or degraded) open breaker whose open

@@ -87,7 +87,8 @@
 // answered (the rolling window ending now): the fleet trips (Closed→Open)
 // when they hold at least MinRequests sampled outcomes and the estimated
 // failure ratio is at least FailureRatio plus one standard error of a
-// sample of that size. The margin keeps a fleet failing 30% of its calls
+// sample of that size (samples weigh the sampling factor they were drawn
+// with; with unequal weights the size is the effective one, (Σw)²/Σw²). The margin keeps a fleet failing 30% of its calls
 // from tripping on the noise of a few samples (at 20 samples, from 4.8% of
 // the time to 0.03%); with thousands of samples it is negligible. There is
 // no minimum number of environments: one environment alone is the whole
@@ -228,4 +229,26 @@
 // the fleet's state went back to closed stays so until its own probe
 // succeeds. (An operator who wants the fleet closed at once writes the
 // force-closed override instead of deleting the state item.)
+//
+// # Adaptive throttling
+//
+// Settings.Adaptive (with a Store) replaces the hard stop by fleet-wide
+// client-side throttling, the Google SRE book's, over the fleet's sampled
+// counts: the breaker never opens on its counts. While every call goes,
+// the fleet starts throttling only where the hard stop would trip, with a
+// stricter test (FailureRatio plus 2 standard errors), so that a partial
+// outage is left to the retry budgets. It then admits 1.15 times the share
+// of calls the partner accepts, at least 2%, and no retry: while the
+// partner turns calls away it serves the same share whatever the fleet
+// admits, so the share admitted reaches its fixed point in one step and
+// delays in the loop cannot make it overshoot. When the latest admitted
+// calls succeed (at most 5% of 100 sampled outcomes failing) the share
+// doubles, and every call goes at once if none failed. A rejected call gets
+// an *OpenError with Throttled set (errors.Is(err, ErrOpen)). An adaptive
+// environment reads the fleet state every CacheTTL/4 while the fleet
+// watches, starts sampling at a random moment within a bucket of learning
+// of a watch, and reports its first second of samples whole, so that the
+// pattern of the failures within a second cannot bias the start. See
+// docs/ARCHITECTURE.md, "Adaptive throttling", for the law, its stability,
+// its cost and what it measured.
 package breaker

@@ -55,6 +55,27 @@ type pending struct {
 
 func (p *pending) empty() bool { return p.requests == 0 && p.samples == 0 }
 
+// merge adds q's counts to p's.
+func (p *pending) merge(q pending) {
+	if p.first == 0 || (q.first != 0 && q.first < p.first) {
+		p.first = q.first
+	}
+	p.requests += q.requests
+	p.successes += q.successes
+	p.failures += q.failures
+	p.samples += q.samples
+	p.sawFailure = p.sawFailure || q.sawFailure
+}
+
+// dropOld drops counts older than the rolling window ending with bucket
+// cur (an environment frozen with counts pending): they would be reported
+// into a bucket they were not gathered in.
+func (p *pending) dropOld(cur int64) {
+	if p.first != 0 && p.first <= cur-FleetSlots {
+		*p = pending{sawFailure: p.sawFailure}
+	}
+}
+
 // Flush sends this environment's sampled fleet counts if its last report
 // is at least a second old at now, and trips the fleet if the counts
 // answered call for it. A Lambda handler calls it before returning (with
@@ -111,22 +132,91 @@ func (b *Breaker) samplingLocked(now time.Time) bool {
 	return ov == NoOverride
 }
 
-// sampleLocked decides whether a call admitted at now is sampled, and
-// counts it as a request if so. It returns the call's weight: 0 if not
-// sampled, otherwise the number of calls the sample stands for. The draw
-// (Rand) is made before the call goes, so it does not depend on the
-// outcome.
+// sampleLocked decides whether a first attempt asking to go at now is
+// sampled. It returns the call's weight: 0 if not sampled, otherwise the
+// number of calls the sample stands for. The call counts as a request
+// when its fate is known (countRequestLocked): at its Done if it is
+// admitted, at once if adaptive throttling rejects it, so that a bucket's
+// requests are the calls whose outcome it holds plus those rejected,
+// never calls still in flight.
 func (b *Breaker) sampleLocked(now time.Time) int32 {
 	if !b.samplingLocked(now) {
+		b.sampleFrom, b.firstDone = time.Time{}, false
+		return 0
+	}
+	if b.sampleFrom.IsZero() {
+		b.drawSampleFromLocked(now)
+	}
+	if now.Before(b.sampleFrom) {
 		return 0
 	}
 	k := b.samplingFactorLocked(now)
 	if k > 1 && b.randLocked()*float64(k) >= 1 {
 		return 0
 	}
-	b.pendStartLocked(now)
-	b.pend.requests += k
 	return int32(k)
+}
+
+// drawSampleFromLocked draws when this environment, which learnt of the
+// fleet's watch at now, starts sampling: at once for the hard-stop
+// breaker; for adaptive throttling after a random delay of up to one
+// bucket width, and its first report then holds exactly its first
+// the report interval of sampling (its first window, see closeFirstLocked).
+//
+// Adaptive throttling starts on the fleet's first seconds of counts, and
+// must tell a major outage from a partial one there (73% of calls failing
+// from 45% with cmd/outagesim's partner). An environment learns of a
+// watch from a failure of its own, at a moment correlated with the
+// failures: a partner that serves its capacity per second, first come,
+// first served, fails the end of every second, and calls queued behind the
+// failed one (one invocation at a time, as in Lambda; the most recently
+// idle environment under scale-out) run at once, in the same failing part
+// of the second. Sampling from that moment and reporting at once, the
+// first samples the fleet saw were mostly failures, and a fleet failing
+// 45% of its calls was estimated above 60% in its first second of
+// counting. The random delay makes the start of each environment's
+// sampling uniform over the second, and the first window makes its first
+// report cover a whole second, whatever the pattern of the failures within
+// it. The hard-stop breaker needs neither: it trips at FailureRatio plus a
+// standard error of a window's counts, far from a partial outage's ratio,
+// and a delay would cost sparse callers the samples its trip needs.
+func (b *Breaker) drawSampleFromLocked(now time.Time) {
+	if !b.s.Adaptive {
+		b.sampleFrom, b.firstDone = now, true
+		return
+	}
+	w := b.s.Window / FleetSlots
+	b.sampleFrom = now.Add(min(time.Duration(b.randLocked()*float64(w)), w-1))
+	b.firstDone = false
+}
+
+// closeFirstLocked closes this environment's first window of the watch,
+// [sampleFrom, sampleFrom + the report interval), once now is past it: the
+// counts it gathered become ready to report, alone; later counts wait for
+// the report after.
+func (b *Breaker) closeFirstLocked(now time.Time) {
+	if b.sampleFrom.IsZero() || b.firstDone || now.Before(b.sampleFrom.Add(b.s.reportInterval)) {
+		return
+	}
+	b.firstDone = true
+	saw := b.pend.sawFailure
+	b.pend.sawFailure = false
+	b.ready.merge(b.pend)
+	b.pend = pending{sawFailure: saw} // it goes with the next report that extends the watch
+}
+
+// firstOpenLocked reports whether this environment's first window of the
+// watch has not closed yet: it reports nothing until it has.
+func (b *Breaker) firstOpenLocked() bool { return !b.sampleFrom.IsZero() && !b.firstDone }
+
+// countRequestLocked counts a sampled call of weight w as a request, at
+// now, when its fate is known.
+func (b *Breaker) countRequestLocked(now time.Time, w int32) {
+	b.closeFirstLocked(now)
+	if w > 0 {
+		b.pendStartLocked(now)
+		b.pend.requests += int64(w)
+	}
 }
 
 // pendStartLocked notes the bucket of the first count pending, after
@@ -145,23 +235,31 @@ func (b *Breaker) pendStartLocked(now time.Time) {
 
 // samplingFactorLocked returns k: one call in k is sampled, each counting
 // for k. It aims at targetSamplesPerSecond fleet-wide, from the fleet's
-// request rate over the complete buckets of the rolling window in the
-// snapshot held (the estimates there are unbiased whatever k was then),
-// and is initialSampling while no bucket is complete.
+// request rate: the requests of the complete buckets of the rolling window
+// in the snapshot held (the estimates there are unbiased whatever k was
+// then), over the span since the oldest of them that has counts. Counts
+// land in the bucket of their report, up to the report interval after their
+// calls, so one bucket can hold a the report interval of a fleet's calls
+// (environments that report together): the span is never shorter than
+// the report interval, nor longer than the complete buckets. While the watch is
+// young the rate comes out low (k smaller: more samples, never fewer). k
+// is initialSampling while no complete bucket has counts.
 func (b *Breaker) samplingFactorLocked(now time.Time) int64 {
 	cur := b.bucketOf(now)
-	var req, full int64
+	var req int64
+	oldest := cur
 	for _, bk := range b.snap.Buckets {
 		if bk.Num > cur-FleetSlots && bk.Num < cur && bk.Requests > 0 {
 			req += bk.Requests
-			full++
+			oldest = min(oldest, bk.Num)
 		}
 	}
-	if full == 0 {
+	if req <= 0 {
 		return initialSampling
 	}
-	perSecond := float64(req) / (float64(full) * b.s.Window.Seconds() / FleetSlots)
-	return max(1, int64(math.Ceil(perSecond/targetSamplesPerSecond)))
+	bucket := b.s.Window / FleetSlots
+	span := min(max(time.Duration(cur-oldest)*bucket, b.s.reportInterval), (FleetSlots-1)*bucket)
+	return max(1, int64(math.Ceil(float64(req)/span.Seconds()/targetSamplesPerSecond)))
 }
 
 // accountFleetLocked counts the outcome of a call admitted while the fleet
@@ -170,7 +268,7 @@ func (b *Breaker) samplingFactorLocked(now time.Time) int64 {
 // samples are due.
 func (b *Breaker) accountFleetLocked(now time.Time, p Permit, o Outcome) job {
 	if p.weight > 0 && o != Excluded {
-		b.pendStartLocked(now)
+		b.countRequestLocked(now, p.weight)
 		if o == Success {
 			b.pend.successes += int64(p.weight)
 		} else {
@@ -238,20 +336,29 @@ func (b *Breaker) reportDueLocked(now time.Time) bool {
 
 // takeReportLocked returns the report to make now, if any: the counts
 // pending, once the report interval has passed since the last report (or at
-// once with force). Counts older than the rolling window (an environment
-// frozen with counts pending) are dropped: they would be reported into a
-// bucket they were not gathered in. A report also goes, with no counts,
-// to extend the fleet's watch when this environment saw a failure that
-// was not sampled and the watch has less than half of its length left.
-// The counts leave the pending ones when the report is decided, whatever
-// its fate: they are never sent twice.
+// once with force); but nothing while this environment's first window of
+// the watch is open, and its first window's counts alone, at once, when
+// it has closed (see drawSampleFromLocked). Counts older than the rolling
+// window are dropped (see pending.dropOld). A report also goes, with no
+// counts, to extend the fleet's watch when this environment saw a failure
+// that was not sampled and the watch has less than a quarter of its
+// length left. The counts leave the pending ones when the report is
+// decided, whatever its fate: they are never sent twice.
 func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
 	if !b.reportingLocked() || b.reportBusy || b.held {
 		return job{}
 	}
 	cur := b.bucketOf(now)
-	if b.pend.first != 0 && b.pend.first <= cur-FleetSlots {
-		b.pend = pending{sawFailure: b.pend.sawFailure}
+	b.pend.dropOld(cur)
+	b.ready.dropOld(cur)
+	b.closeFirstLocked(now)
+	if b.firstOpenLocked() {
+		return job{}
+	}
+	if !b.ready.empty() {
+		q := b.ready
+		b.ready = pending{}
+		return b.reportJobLocked(now, q)
 	}
 	watchFor := watchWindows * b.s.Window
 	// An unsampled failure extends a watch that has less than a quarter
@@ -268,18 +375,29 @@ func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
 	if (b.pend.empty() && !extend) || (!force && !b.reportDueLocked(now)) {
 		return job{}
 	}
+	q := b.pend
+	b.pend = pending{}
+	return b.reportJobLocked(now, q)
+}
+
+// reportJobLocked returns the report of the counts q, made at now, into
+// the bucket of q's oldest count.
+func (b *Breaker) reportJobLocked(now time.Time, q pending) job {
+	bucket := b.bucketOf(now)
+	if b.s.Adaptive && q.first != 0 {
+		bucket = q.first
+	}
 	r := Report{
 		Epoch:     b.snap.Epoch,
-		Bucket:    cur,
-		Requests:  b.pend.requests,
-		Successes: b.pend.successes,
-		Failures:  b.pend.failures,
-		Samples:   b.pend.samples,
+		Bucket:    bucket,
+		Requests:  q.requests,
+		Successes: q.successes,
+		Failures:  q.failures,
+		Samples:   q.samples,
 	}
-	if b.pend.sawFailure {
-		r.WatchUntil = now.Add(watchFor)
+	if q.sawFailure {
+		r.WatchUntil = now.Add(watchWindows * b.s.Window)
 	}
-	b.pend = pending{}
 	b.reportBusy = true
 	b.lastReport = now
 	return job{op: opReport, gen: b.gen, epoch: r.Epoch, now: now, report: r}
@@ -360,15 +478,28 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 }
 
 // fleetCountsLocked sums the buckets of the rolling window ending at now
-// in the snapshot held.
-func (b *Breaker) fleetCountsLocked(now time.Time) (successes, failures, samples int64) {
+// in the snapshot held: the weighted successes and failures, and the
+// effective number of samples behind them. Samples weigh the sampling
+// factor they were drawn with, which changes as the fleet's rate does;
+// with unequal weights a few heavy samples would decide the estimate, so
+// the count that its standard error (and MinRequests) goes by is Kish's
+// effective sample size (Σw)² ÷ Σw², each bucket's samples taken at their
+// mean weight. With equal weights it is the number of samples.
+func (b *Breaker) fleetCountsLocked(now time.Time) (successes, failures int64, samples float64) {
 	cur := b.bucketOf(now)
+	var sumW, sumW2 float64
 	for _, bk := range b.snap.Buckets {
 		if bk.Num > cur-FleetSlots && bk.Num <= cur {
 			successes += bk.Successes
 			failures += bk.Failures
-			samples += bk.Samples
+			if w := float64(bk.Successes + bk.Failures); w > 0 && bk.Samples > 0 {
+				sumW += w
+				sumW2 += w * w / float64(bk.Samples)
+			}
 		}
+	}
+	if sumW2 > 0 {
+		samples = sumW * sumW / sumW2
 	}
 	return successes, failures, samples
 }
@@ -376,16 +507,24 @@ func (b *Breaker) fleetCountsLocked(now time.Time) (successes, failures, samples
 // fleetTripsLocked reports whether the fleet's counts, as the snapshot
 // held has them, call for a trip at now: over the rolling window (the
 // FleetSlots buckets ending with now's), at least MinRequests sampled
-// outcomes, and an estimated failure ratio of at least FailureRatio plus
-// tripZ standard errors of a sample of that many outcomes. The counts
-// come from samples chosen before their outcome was known, so the
-// estimate is unbiased (see the package documentation for what remains).
+// outcomes (effective: see fleetCountsLocked), and an estimated failure
+// ratio of at least FailureRatio plus tripZ standard errors of a sample of
+// that many outcomes. The counts come from samples chosen before their
+// outcome was known, so the estimate is unbiased (see the package
+// documentation for what remains).
 func (b *Breaker) fleetTripsLocked(now time.Time) bool {
+	return b.fleetAboveLocked(now, tripZ)
+}
+
+// fleetAboveLocked reports whether the fleet's estimated failure ratio over
+// the rolling window ending at now is at least FailureRatio plus z standard
+// errors, over at least MinRequests sampled outcomes.
+func (b *Breaker) fleetAboveLocked(now time.Time, z float64) bool {
 	s, f, n := b.fleetCountsLocked(now)
 	total := s + f
-	if total == 0 || n < max(b.s.MinRequests, 1) {
+	if total == 0 || n < float64(max(b.s.MinRequests, 1))-1e-9 {
 		return false
 	}
 	fr := b.s.FailureRatio
-	return float64(f)/float64(total) >= fr+tripZ*math.Sqrt(fr*(1-fr)/float64(n))
+	return float64(f)/float64(total) >= fr+z*math.Sqrt(fr*(1-fr)/n)
 }

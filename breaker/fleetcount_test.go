@@ -124,13 +124,14 @@ func TestFleetSamplingIsDrawnBeforeTheOutcome(t *testing.T) {
 
 func TestFleetSamplingFactorFollowsTheFleetRate(t *testing.T) {
 	store := newFakeStore()
-	// A fleet making 10,000 calls a second: its buckets say so.
-	now := t0.Add(5 * time.Second)
+	// A fleet making 10,000 calls a second for the whole window: its
+	// complete buckets say so.
+	now := t0.Add(10 * time.Second)
 	cur := now.Unix()
 	store.mu.Lock()
 	snap := store.states["partner"]
 	snap.WatchUntil = now.Add(time.Minute)
-	for i := int64(1); i <= 5; i++ {
+	for i := int64(1); i < breaker.FleetSlots; i++ {
 		snap.Buckets[(cur-i)%breaker.FleetSlots] = breaker.Bucket{Num: cur - i, Requests: 10000, Successes: 10000, Samples: 250}
 	}
 	store.states["partner"] = snap
@@ -375,5 +376,102 @@ func TestFleetFrozenCountsAreDropped(t *testing.T) {
 	}
 	if failures != 0 {
 		t.Fatalf("a sample from before a one-minute freeze was reported (%d failures in the buckets)", failures)
+	}
+}
+
+// TestFleetTripWeighsSamples: samples weigh the sampling factor they were
+// drawn with. A window whose failures come from a few heavy samples (the
+// factor was 12 then) and whose successes come from light ones holds
+// fewer than MinRequests samples' worth of evidence and does not trip;
+// the same weighted counts from samples of equal weight do.
+func TestFleetTripWeighsSamples(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		samples [3]int64 // per bucket, oldest first
+		trips   bool
+	}{
+		{"heavy failures", [3]int64{2, 2, 20}, false},
+		{"equal weights", [3]int64{24, 12, 20}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := newFakeStore()
+			now := t0.Add(10 * time.Second)
+			cur := now.Unix()
+			store.mu.Lock()
+			snap := store.states["partner"]
+			snap.WatchUntil = now.Add(time.Minute)
+			// 56 weighted outcomes, 75% failures.
+			for i, bk := range []breaker.Bucket{
+				{Num: cur - 2, Requests: 24, Failures: 24},
+				{Num: cur - 1, Requests: 12, Successes: 6, Failures: 6},
+				{Num: cur, Requests: 20, Successes: 8, Failures: 12},
+			} {
+				bk.Samples = c.samples[i]
+				snap.Buckets[bk.Num%breaker.FleetSlots] = bk
+			}
+			store.states["partner"] = snap
+			store.mu.Unlock()
+			e := newEnv(t, store, "e", func(s *breaker.Settings) { knobs.BreakerReportInterval(s, time.Millisecond) })
+			before := store.reports.Load()
+			call(t, e.Breaker, now, breaker.Failure)
+			if store.reports.Load() == before {
+				t.Fatal("the sampled call was not reported")
+			}
+			if st := store.state("partner"); (st.State == breaker.Open) != c.trips {
+				t.Fatalf("fleet %v after the report; want tripped %v", st.State, c.trips)
+			}
+		})
+	}
+}
+
+// TestFleetSamplingFactorSpansTheWindow: environments that report
+// together put a ReportInterval of the fleet's calls into one bucket; the
+// rate is taken over the span of the window's complete buckets since the
+// oldest with counts, and never a span shorter than ReportInterval, so the
+// factor stays near the fleet's true one instead of a multiple of it.
+func TestFleetSamplingFactorSpansTheWindow(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		window  time.Duration
+		buckets map[int64]int64 // buckets before now's: requests
+		k       int64
+	}{
+		// 1,000 calls a second, reported every 3 s: k = 4, not 12.
+		{"reports 3 s apart", 10 * time.Second, map[int64]int64{3: 3000, 6: 3000, 9: 3000}, 4},
+		// The watch's first second (250 calls) in one bucket of 100 ms:
+		// over ReportInterval (1 s, capped at the 0.9 s of complete
+		// buckets) k = 2, not 10.
+		{"a bucket shorter than ReportInterval", time.Second, map[int64]int64{1: 250}, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := newFakeStore()
+			bucket := c.window / breaker.FleetSlots
+			now := t0.Add(10 * c.window)
+			cur := now.UnixMilli() / bucket.Milliseconds()
+			store.mu.Lock()
+			snap := store.states["partner"]
+			snap.WatchUntil = now.Add(time.Minute)
+			for back, req := range c.buckets {
+				snap.Buckets[(cur-back)%breaker.FleetSlots] = breaker.Bucket{Num: cur - back, Requests: req, Successes: req, Samples: req / 4}
+			}
+			store.states["partner"] = snap
+			store.mu.Unlock()
+			edge := 1 / float64(c.k)
+			for _, r := range []struct {
+				r       float64
+				sampled bool
+			}{{edge - 1e-4, true}, {edge + 1e-4, false}} {
+				e := newEnv(t, store, "e", func(s *breaker.Settings) {
+					s.Window = c.window
+					s.Rand = func() float64 { return r.r }
+				})
+				before := store.reports.Load()
+				call(t, e.Breaker, now, breaker.Success)
+				got := store.state("partner").Buckets[cur%breaker.FleetSlots]
+				if sampled := store.reports.Load() > before; sampled != r.sampled || (sampled && got.Requests != c.k) {
+					t.Fatalf("Rand %v: reported %v, bucket %+v; want sampled %v with a weight of %d", r.r, sampled, got, r.sampled, c.k)
+				}
+			}
+		})
 	}
 }

@@ -120,14 +120,14 @@ type Settings struct {
 
 	// Adaptive replaces the hard stop by adaptive throttling, fleet-wide:
 	// the breaker never trips to Open on the failure ratio (overrides still
-	// apply); instead, while the fleet counts failures, each call is
-	// admitted with the share of calls the partner can take, by the Google
-	// SRE book's client-side throttling over the fleet's sampled counts:
-	// 1 − (requests − 1.25 × accepted) / (requests + 1) over the latest few
-	// seconds, at least 2% (the probes that see the partner heal), and
-	// every call again as soon as the admitted calls succeed. Rejections
-	// are *OpenError values with Throttled set. It needs a Store: see the
-	// package documentation.
+	// apply). Where the hard stop would trip, the fleet starts admitting
+	// only a share of its calls, 1.15 times the share the partner accepts
+	// by the fleet's sampled counts (the Google SRE book's client-side
+	// throttling), at least 2%, and retries none while it throttles; it
+	// doubles the share, or admits every call, as soon as the admitted
+	// calls succeed. Rejections are *OpenError values with Throttled set
+	// (errors.Is(err, ErrOpen)). It needs a Store: see "Adaptive
+	// throttling" in the package documentation.
 	Adaptive bool
 
 	// Store, if not nil, shares the breaker's state with every process

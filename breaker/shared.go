@@ -90,7 +90,7 @@ func storeError(op string, err error) error {
 // the fleet, sampling starts afresh.
 func (b *Breaker) faultLocked(now time.Time, op string, err error) error {
 	b.degraded, b.held = true, false // the first Load that succeeds decides whether to hold
-	b.pend = pending{}
+	b.pend, b.ready = pending{}, pending{}
 	b.sched, b.pendingArm = fleetSchedule{}, pendingArm{}
 	b.staleAt.Store(now.Add(b.s.CacheTTL).UnixNano()) // try the store again after CacheTTL
 	b.publishLocked(now)
@@ -190,6 +190,17 @@ func (b *Breaker) refresh(ctx context.Context, now time.Time) {
 // (see probeDoneLocked). An open or half-open fleet, or an operator's
 // override, ends the hold: the fleet state takes over.
 func (b *Breaker) adoptLocked(now time.Time, s Snapshot, back, recovering bool, origin Origin) {
+	watching := b.watchingLocked(now)
+	b.adoptSnapLocked(now, s, back, recovering, origin)
+	if !watching && b.watchingLocked(now) {
+		// This environment learns of a watch now: its sampling starts
+		// from now (see drawSampleFromLocked).
+		b.drawSampleFromLocked(now)
+	}
+}
+
+// adoptSnapLocked is adoptLocked but for the start of sampling.
+func (b *Breaker) adoptSnapLocked(now time.Time, s Snapshot, back, recovering bool, origin Origin) {
 	local := b.state != Closed
 	if s.Epoch < b.snap.Epoch && !back {
 		b.snap.Override, b.snap.OverrideUntil = s.Override, s.OverrideUntil

@@ -613,8 +613,8 @@ func TestDynamoItemLayout(t *testing.T) {
 			"b3": avN("4100000003"), "r3": avN("9"), "s3": avN("2"), "f3": avN("4"), "n3": avN("5")},
 		"c#fresh":                            {"state": avS("closed"), "epoch": avN("0"), "b1": avN("4100000011"), "r1": avN("1"), "s1": avN("1"), "f1": avN("0"), "n1": avN("1")},
 		"c#moved":                            {"state": avS("closed"), "epoch": avN("1"), "reopens": avN("0"), "watch_until": avN("4100000060000")},
-		"c#payments#override":                {"override": avS("force-open"), "until": avN("1700003600000"), "expires": avN("1700090000")},
-		fmt.Sprintf("c#payments#p#%d", slot): {"epoch": avN("1"), "lease_until": avN("4100000005000"), "expires": avN("1700086405")},
+		"c#payments#override":                {"override": avS("force-open"), "until": avN("4100003600000"), "expires": avN("4100090000")},
+		fmt.Sprintf("c#payments#p#%d", slot): {"epoch": avN("1"), "lease_until": avN("4100000005000"), "expires": avN("4100086405")},
 	}
 	for pk, attrs := range want {
 		got := getItem(t, api, table, pk)

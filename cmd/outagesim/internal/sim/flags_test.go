@@ -35,7 +35,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if failing := 1 - float64(c.OutageCapacity)/(float64(c.Rate)*(1+c.Ratio)); failing <= 0.5 {
 		t.Errorf("default outage: %.0f%% of the attempts a %g budget lets through fail, want a major outage (over 50%%)", 100*failing, c.Ratio)
 	}
-	if got := strings.Join(c.Strategies, ","); got != "none,sdk,bucket,ratio,global,global-breaker" {
+	if got := strings.Join(c.Strategies, ","); got != "none,sdk,bucket,ratio,global,global-breaker,global-adaptive" {
 		t.Errorf("default strategies %q", got)
 	}
 }

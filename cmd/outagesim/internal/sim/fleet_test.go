@@ -87,7 +87,7 @@ func checkAccounting(t *testing.T, cfg Config, res map[string]*Result) {
 func TestInprocOrdersStrategies(t *testing.T) {
 	cfg := shortConfig()
 	cfg.Partner = PartnerInproc
-	cfg.Strategies = []string{"none", "bucket", "ratio", "global", "global-breaker"}
+	cfg.Strategies = []string{"none", "bucket", "ratio", "global", "global-breaker", "global-adaptive"}
 	res := runConfig(t, cfg)
 	checkAccounting(t, cfg, res)
 	none, bucket, global := res["none"], res["bucket"], res["global"]
@@ -120,11 +120,17 @@ func TestInprocOrdersStrategies(t *testing.T) {
 		t.Errorf("global-breaker: first open %v at a failure ratio of %v, load %.3f: want it open, with a ratio, under the global ratio's %.3f",
 			br.BreakerFirstOpen, br.BreakerFirstOpenFailureRatio, br.LoadFactor, global.LoadFactor)
 	}
+	// Adaptive throttling rejects calls, and keeps the partner's load
+	// under the global ratio's.
+	if ad := res["global-adaptive"]; ad.LoadFactor >= global.LoadFactor || ad.Outage.Failed.Breaker == 0 {
+		t.Errorf("global-adaptive: load %.3f, %d calls rejected in the outage: want calls throttled, under the global ratio's %.3f",
+			ad.LoadFactor, ad.Outage.Failed.Breaker, global.LoadFactor)
+	}
 	for key, r := range res {
 		if r.KeepUp.Behind() || r.KeepUp.Lag.Late != 0 {
 			t.Errorf("%s: in process, yet keep-up problems %v (lag %+v)", key, r.KeepUp.Problems, r.KeepUp.Lag)
 		}
-		if r.Capacity == nil != (key != "global" && key != "global-breaker") {
+		if r.Capacity == nil != (key != "global" && key != "global-breaker" && key != "global-adaptive") {
 			t.Errorf("%s: capacity %+v: want it for the strategies with shared stores only", key, r.Capacity)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -25,6 +26,8 @@ import (
 //	global          budget.Global per environment over one shared budget.Store
 //	global-breaker  as global, plus a breaker.Breaker per environment over one
 //	                shared breaker.Store
+//	global-adaptive as global, plus a breaker.Breaker with Settings.Adaptive:
+//	                fleet-wide adaptive throttling instead of a hard stop
 //
 // The global strategies use the global layer alone by default, so that the
 // table shows what the fleet-wide ratio does by itself. -global-with-local
@@ -197,14 +200,27 @@ func newLocalRatio(_ context.Context, d Deps) (Strategy, error) {
 }
 
 func newGlobal(ctx context.Context, d Deps) (Strategy, error) {
-	return newGlobalStrategy(ctx, d, false)
+	return newGlobalStrategy(ctx, d, noBreaker)
 }
 
 func newGlobalBreaker(ctx context.Context, d Deps) (Strategy, error) {
-	return newGlobalStrategy(ctx, d, true)
+	return newGlobalStrategy(ctx, d, hardStop)
 }
 
-func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy, error) {
+func newGlobalAdaptive(ctx context.Context, d Deps) (Strategy, error) {
+	return newGlobalStrategy(ctx, d, adaptive)
+}
+
+// breakerKind is the shared breaker a global strategy adds, if any.
+type breakerKind uint8
+
+const (
+	noBreaker breakerKind = iota
+	hardStop              // breaker.Settings{}: opens fleet-wide
+	adaptive              // breaker.Settings{Adaptive: true}: throttles fleet-wide
+)
+
+func newGlobalStrategy(ctx context.Context, d Deps, kind breakerKind) (Strategy, error) {
 	if d.Backend == nil {
 		return nil, errors.New("no shared-store backend")
 	}
@@ -245,13 +261,22 @@ func newGlobalStrategy(ctx context.Context, d Deps, withBreaker bool) (Strategy,
 				}
 				budgets = []budget.Budget{l, g}
 			}
-			if !withBreaker {
+			if kind == noBreaker {
 				return budgets, nil, nil
 			}
 			s := bset
 			s.Store = stores.Breaker
 			s.StoreTimeout = c.StoreTimeout
 			s.Rand = spec.Rand
+			if kind == adaptive {
+				s.Adaptive = true
+				// A random stream of its own (one breaker's draws are
+				// made under its lock): the retry loop and the global
+				// budget draw what they draw in the global strategy's
+				// run, so that the two differ by what throttling does,
+				// not by another draw of the same noise.
+				s.Rand = rand.New(rand.NewPCG(c.Seed, uint64(spec.ID)<<1|1)).Float64
+			}
 			open := spec.BreakerOpen
 			s.OnStateChange = func(c breaker.StateChange) {
 				if c.To == breaker.Open {

@@ -211,6 +211,12 @@ func TestGlobalBreakerStrategyBlocksEverywhere(t *testing.T) {
 	if out != FailedBreaker || len(attempts) != 0 || !errors.Is(err, breaker.ErrOpen) {
 		t.Errorf("new environment: %v %v after %v attempts, want a first attempt blocked by the shared breaker", out, err, attempts)
 	}
+	// The first environments too, whichever of them tripped it.
+	for id, c := range []Caller{a, b} {
+		if out, attempts, err := call(t, c, 200); out != FailedBreaker || len(attempts) != 0 {
+			t.Errorf("env %d: %v %v after %v attempts, want a first attempt blocked by the shared breaker", id, out, err, attempts)
+		}
+	}
 	for id, n := range e.opens {
 		if n.Load() == 0 {
 			t.Errorf("env %d never reported its breaker open", id)

@@ -177,6 +177,9 @@ func Strategies() []StrategyInfo {
 		{Key: "global-breaker", Shared: true, Breaker: true, build: newGlobalBreaker, label: func(c Config) string {
 			return "global ratio + breaker" + withLocal(c)
 		}},
+		{Key: "global-adaptive", Shared: true, build: newGlobalAdaptive, label: func(c Config) string {
+			return "global ratio + adaptive throttling" + withLocal(c)
+		}},
 	}
 }
 
