@@ -105,7 +105,7 @@ var (
 	ErrExhausted = errors.New("herdguard: retry budget exhausted")
 
 	// ErrUnavailable means a budget could not reach its store (timeout,
-	// throttling, malformed data). It is not a refusal: the composition
+	// throttling, malformed data). It is not a refusal: the retry.Executor
 	// treats that layer as abstaining, and the executor reports the fault.
 	ErrUnavailable = errors.New("herdguard: retry budget unavailable")
 )

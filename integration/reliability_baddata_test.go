@@ -311,7 +311,7 @@ func TestReliabilityBadBudgetItems(t *testing.T) {
 				}
 				errs := &relStoreErrors{}
 				e, err := retry.New(retry.Config{
-					MaxAttempts: 2, Clock: clock, Budgets: []budget.Budget{lb, g},
+					MaxAttempts: 2, Idempotent: true, Clock: clock, Budgets: []budget.Budget{lb, g},
 					OnStoreError: func(layer int, err error) {
 						if layer == 1 {
 							errs.add(err)

@@ -27,8 +27,9 @@
 //     idle time paid for;
 //  5. the breaker gate for the next attempt, before any budget is asked, so
 //     that a retry the breaker rejects is never charged to them;
-//  6. the budgets (Config.Budgets, asked in order:
-//     the local in-memory one, then the fleet-wide one). A refusal ends the
+//  6. the budgets (Config.Budgets, asked in order: the local in-memory one,
+//     then the fleet-wide one; by default a local ratio of the Executor's
+//     own). A refusal ends the
 //     call and hands the breaker's permit back as Excluded; a layer whose store failed is reported to OnStoreError
 //     and abstains or refuses, as it chooses (budget.Global refuses unless
 //     configured with FailOpen);
