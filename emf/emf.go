@@ -56,6 +56,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/retry"
@@ -121,27 +122,28 @@ type Recorder struct {
 	exhausted map[string]struct{} // names of the budgets that refused; guarded by mu
 }
 
-// New returns a Recorder that writes to w (os.Stdout in Lambda).
+// New returns a Recorder that writes to w (os.Stdout in Lambda). A nil w
+// or Options CloudWatch would reject is a *herdguard.ConfigError.
 func New(w io.Writer, o Options) (*Recorder, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("herdguard: emf: Options."+format, args...)
+	bad := func(field, format string, args ...any) error {
+		return &herdguard.ConfigError{Field: "emf." + field, Reason: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case w == nil:
-		return nil, errors.New("herdguard: emf: the writer is nil")
+		return nil, bad("New w", "is nil")
 	case o.Namespace == "" || len(o.Namespace) > maxNameLen:
-		return nil, bad("Namespace %q: want 1 to %d characters", o.Namespace, maxNameLen)
+		return nil, bad("Options.Namespace", "is %q; want 1 to %d characters", o.Namespace, maxNameLen)
 	case len(o.Dimensions) > maxDimensions:
-		return nil, bad("Dimensions has %d entries, more than EMF's %d", len(o.Dimensions), maxDimensions)
+		return nil, bad("Options.Dimensions", "has %d entries, more than EMF's %d", len(o.Dimensions), maxDimensions)
 	}
 	for k, v := range o.Dimensions {
 		switch {
 		case k == "" || len(k) > maxNameLen || k == "_aws":
-			return nil, bad("Dimensions: name %q: want 1 to %d characters, not _aws", k, maxNameLen)
+			return nil, bad("Options.Dimensions", "has a name %q; want 1 to %d characters, not _aws", k, maxNameLen)
 		case slices.Contains(metricOrder, k) || k == propExhaustedBudgets:
-			return nil, bad("Dimensions: name %q is a metric's", k)
+			return nil, bad("Options.Dimensions", "has a name %q that is a metric's", k)
 		case v == "" || len(v) > maxNameLen:
-			return nil, bad("Dimensions[%q] = %q: want 1 to %d characters", k, v, maxNameLen)
+			return nil, bad("Options.Dimensions", "[%q] is %q; want 1 to %d characters", k, v, maxNameLen)
 		}
 	}
 	r := &Recorder{

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/emf"
@@ -168,7 +169,7 @@ func TestNewValidates(t *testing.T) {
 		o    emf.Options
 		want string
 	}{
-		{"nil writer", nil, emf.Options{Namespace: "N"}, "writer"},
+		{"nil writer", nil, emf.Options{Namespace: "N"}, "emf.New w"},
 		{"no namespace", &buf, emf.Options{}, "Namespace"},
 		{"long namespace", &buf, emf.Options{Namespace: long}, "Namespace"},
 		{"too many dimensions", &buf, emf.Options{Namespace: "N", Dimensions: many}, "Dimensions"},
@@ -183,8 +184,9 @@ func TestNewValidates(t *testing.T) {
 			} else {
 				_, err = emf.New(tc.w, tc.o)
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "herdguard: emf: ") {
-				t.Errorf("New = %v; want an error naming %s", err, tc.want)
+			var ce *herdguard.ConfigError
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "herdguard: emf.") {
+				t.Errorf("New = %v; want a *herdguard.ConfigError naming %s", err, tc.want)
 			}
 		})
 	}

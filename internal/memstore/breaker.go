@@ -94,9 +94,9 @@ func (s *BreakerStore) Client() *BreakerStore {
 // storeError wraps err so that errors.Is(err, breaker.ErrStore) holds.
 func storeError(op, name string, err error) error {
 	if errors.Is(err, breaker.ErrStore) {
-		return fmt.Errorf("local: breaker store %s %q: %w", op, name, err)
+		return fmt.Errorf("herdguard: local: breaker store %s %q: %w", op, name, err)
 	}
-	return fmt.Errorf("local: breaker store %s %q: %w: %w", op, name, breaker.ErrStore, err)
+	return fmt.Errorf("herdguard: local: breaker store %s %q: %w: %w", op, name, breaker.ErrStore, err)
 }
 
 // invalid returns an argument error satisfying errors.Is(err, breaker.ErrStore).
@@ -227,7 +227,7 @@ func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report
 	}
 	if cur.Epoch != r.Epoch {
 		h.Learn(&cur.Buckets)
-		return e.stateSnapshot(), fmt.Errorf("local: breaker store %s %q: %w: stored epoch is %d, not %d", OpReport, name, breaker.ErrConflict, cur.Epoch, r.Epoch)
+		return e.stateSnapshot(), fmt.Errorf("herdguard: local: breaker store %s %q: %w: stored epoch is %d, not %d", OpReport, name, breaker.ErrConflict, cur.Epoch, r.Epoch)
 	}
 	if newBucket {
 		h.NoteStart(right)
@@ -320,7 +320,7 @@ func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch ui
 	}
 	var conflict error
 	if cur != prevEpoch {
-		conflict = fmt.Errorf("local: breaker store %s %q: %w: stored epoch is %d, not %d", OpTransition, name, breaker.ErrConflict, cur, prevEpoch)
+		conflict = fmt.Errorf("herdguard: local: breaker store %s %q: %w: stored epoch is %d, not %d", OpTransition, name, breaker.ErrConflict, cur, prevEpoch)
 	} else {
 		t := e.transitioned(next)
 		if e == nil {
@@ -402,7 +402,7 @@ func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint
 		*p = lease
 		return i, nil
 	}
-	return 0, fmt.Errorf("local: breaker store %s %q: %w (limit %d, epoch %d)", OpAcquireProbe, name, breaker.ErrProbeDenied, limit, epoch)
+	return 0, fmt.Errorf("herdguard: local: breaker store %s %q: %w (limit %d, epoch %d)", OpAcquireProbe, name, breaker.ErrProbeDenied, limit, epoch)
 }
 
 // SetOverride implements breaker.Store. NoOverride clears the override and

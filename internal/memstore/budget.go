@@ -68,7 +68,7 @@ func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) 
 		return 0, err
 	}
 	if err := s.opts.begin(ctx, OpApply); err != nil {
-		return 0, fmt.Errorf("local: budget store apply %s: %w", k, err)
+		return 0, fmt.Errorf("herdguard: local: budget store apply %s: %w", k, err)
 	}
 	key := budgetKey{name: k.Name, shard: k.Shard, window: k.Window.UnixMilli()}
 
@@ -82,7 +82,7 @@ func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) 
 		old = u.Floor
 	}
 	if u.Deposit > math.MaxInt64-old {
-		return old, fmt.Errorf("local: budget store apply %s: allowance %d plus deposit %d overflows", k, old, u.Deposit)
+		return old, fmt.Errorf("herdguard: local: budget store apply %s: allowance %d plus deposit %d overflows", k, old, u.Deposit)
 	}
 	next := old + u.Deposit - u.Take
 	updated := budgetItem{allowance: next, expires: toMilli(u.Expires)}
@@ -97,11 +97,11 @@ func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) 
 			after = budgetItemSize(pk, updated.allowance, updated.expires)
 		}
 		if err := s.opts.write(pk, now, before, after); err != nil {
-			return 0, fmt.Errorf("local: budget store apply %s: %w", k, err)
+			return 0, fmt.Errorf("herdguard: local: budget store apply %s: %w", k, err)
 		}
 	}
 	if next < 0 {
-		return old, fmt.Errorf("local: budget store apply %s: %w: holds %d, deposit %d, take %d", k, budget.ErrInsufficient, old, u.Deposit, u.Take)
+		return old, fmt.Errorf("herdguard: local: budget store apply %s: %w: holds %d, deposit %d, take %d", k, budget.ErrInsufficient, old, u.Deposit, u.Take)
 	}
 	s.items[key] = updated
 	return next, nil
@@ -109,7 +109,7 @@ func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) 
 
 func checkUpdate(k budget.Key, u budget.Update) error {
 	if err := names.Validate(k.Name); err != nil {
-		return fmt.Errorf("local: budget store apply: %w", err)
+		return fmt.Errorf("herdguard: local: budget store apply: %w", err)
 	}
 	var field string
 	var v int64
@@ -125,7 +125,7 @@ func checkUpdate(k budget.Key, u budget.Update) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("local: budget store apply %s: %s is %d; it must not be negative", k, field, v)
+	return fmt.Errorf("herdguard: local: budget store apply %s: %s is %d; it must not be negative", k, field, v)
 }
 
 // sweepLocked drops expired items, at most once per sweepEvery. s.mu must
