@@ -19,6 +19,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
+	"github.com/herdguard/herdguard/internal/fakeclock"
 	"github.com/herdguard/herdguard/internal/faultproxy"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
@@ -132,7 +133,7 @@ func newFleetBudgets(t *testing.T, name string, localMin, globalFloor int, globa
 func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 	t.Run("the local ratio binds", func(t *testing.T) {
 		f := newAWSSDKFixture(t)
-		clock := &relFakeClock{now: time.Now()} // never moved: the SDK sleeps on its own
+		clock := fakeclock.New(time.Now()) // never moved: the SDK sleeps on its own
 		// Local: at most max(3, 10% of requests) retries per window; the
 		// fleet's allows more (floor 10).
 		lr, global := newFleetBudgets(t, "awsretry-local", 3, 10, 0.1, clock.Now)
@@ -192,7 +193,7 @@ func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 
 	t.Run("the fleet budget binds", func(t *testing.T) {
 		f := newAWSSDKFixture(t)
-		clock := &relFakeClock{now: time.Now()} // never moved: the SDK sleeps on its own
+		clock := fakeclock.New(time.Now()) // never moved: the SDK sleeps on its own
 		// Local: generous. Fleet: a floor of 2 and a ratio too small to add
 		// a retry, so it grants exactly 2 in the window.
 		lr, global := newFleetBudgets(t, "awsretry-global", 100, 2, 1e-6 /* the smallest ratio */, clock.Now)

@@ -38,6 +38,7 @@ func TestImportRules(t *testing.T) {
 		"internal/knobs":       {},
 		"internal/hint":        {},
 		"internal/sleep":       {},
+		"internal/fakeclock":   {},
 		"internal/budgetcheck": {"budget"},
 		"internal/layers":      {"budget"},
 		"internal/globalcfg":   {"budget", "internal/knobs"},

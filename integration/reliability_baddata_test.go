@@ -18,6 +18,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
+	"github.com/herdguard/herdguard/internal/fakeclock"
 	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
@@ -26,30 +27,7 @@ import (
 // relFakeClock is a retry.Clock whose time moves only when told to (Sleep
 // moves it by the wait), so that CacheTTLs and windows pass exactly when
 // the test says.
-type relFakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *relFakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *relFakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.Advance(d)
-	return nil
-}
-
-func (c *relFakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(max(d, 0))
-	c.mu.Unlock()
-}
+type relFakeClock = fakeclock.Clock
 
 func relS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 func relN(s string) types.AttributeValue { return &types.AttributeValueMemberN{Value: s} }
@@ -169,7 +147,7 @@ func TestReliabilityBadBreakerItems(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			name := fmt.Sprintf("bad-breaker-%d", i)
-			clock := &relFakeClock{now: start}
+			clock := fakeclock.New(start)
 			openUntil := start.Add(time.Hour)
 			// The fleet is open for an hour: a valid item.
 			relPut(t, admin, table, relItem("c#"+name, map[string]types.AttributeValue{
@@ -272,7 +250,7 @@ func TestReliabilityBadBudgetItems(t *testing.T) {
 	table := newTable(t)
 	admin := newAPI(t)
 	api := relStoreClient(t, dynamoEndpoint)
-	clock := &relFakeClock{now: time.UnixMilli(time.Now().UnixMilli())}
+	clock := fakeclock.New(time.UnixMilli(time.Now().UnixMilli()))
 
 	cases := []struct {
 		name      string

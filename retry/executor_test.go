@@ -204,7 +204,7 @@ func TestBudgetAccounting(t *testing.T) {
 		clk := newFakeClock()
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		clk.onSleep = cancel
+		clk.OnSleep = cancel
 		e := mustNew(t, retry.Config{Idempotent: true, Budgets: []budget.Budget{b}, Clock: clk})
 		calls := 0
 		err := e.Do(cctx, failing(&calls, status(500)))

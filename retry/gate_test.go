@@ -83,7 +83,7 @@ func TestBudgetRefusalAfterTheGateHandsThePermitBack(t *testing.T) {
 	clk := newFakeClock()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	clk.onSleep = cancel
+	clk.OnSleep = cancel
 	granting := &fakeBudget{}
 	e2 := mustNew(t, retry.Config{Idempotent: true, Breaker: br2, Budgets: []budget.Budget{granting}, Clock: clk})
 	if err := e2.Do(cctx, failing(&calls, status(503))); !errors.Is(err, context.Canceled) {

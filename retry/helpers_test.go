@@ -9,48 +9,16 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/fakeclock"
 	"github.com/herdguard/herdguard/retry"
 )
 
-// fakeClock is a Clock whose time moves only when Sleep is called. It
-// starts at the real time so that context deadlines, which the runtime
-// measures on the real clock, line up with it.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	sleeps []time.Duration
-	// onSleep, if set, runs at the start of every Sleep (to cancel a
-	// context mid-wait, for instance).
-	onSleep func()
-}
+// fakeClock is the tests' Clock whose time moves only when Sleep is
+// called. It starts at the real time so that context deadlines, which the
+// runtime measures on the real clock, line up with it.
+type fakeClock = fakeclock.Clock
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if c.onSleep != nil {
-		c.onSleep()
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(d)
-	return nil
-}
-
-func (c *fakeClock) Sleeps() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.sleeps...)
-}
+func newFakeClock() *fakeClock { return fakeclock.New(time.Now()) }
 
 func constRand(v float64) func() float64 { return func() float64 { return v } }
 

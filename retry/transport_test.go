@@ -316,8 +316,8 @@ func TestTransportHonoursRetryAfter(t *testing.T) {
 			hdr := slices.Clone(tc.hdr)
 			if hdr[1] == "@date+3s" {
 				// HTTP dates have whole seconds: put the clock on one.
-				clk.now = clk.now.Truncate(time.Second)
-				hdr[1] = clk.now.Add(3 * time.Second).UTC().Format(http.TimeFormat)
+				clk.Set(clk.Now().Truncate(time.Second))
+				hdr[1] = clk.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
 			}
 			p := newPartner(t, failFirst(1, 429, hdr...))
 			c := newClient(t, retry.Config{Clock: clk, Rand: constRand(0)}, retry.TransportOptions{}, nil)
@@ -544,7 +544,7 @@ func TestTransportRefusalsCloseTheResponse(t *testing.T) {
 		clk := newFakeClock()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		clk.onSleep = cancel
+		clk.OnSleep = cancel
 		c := newClient(t, retry.Config{Clock: clk}, retry.TransportOptions{}, tt)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL, nil)
 		resp, err := c.Do(req)

@@ -27,6 +27,7 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/fleet"
+	"github.com/herdguard/herdguard/internal/fakeclock"
 	"github.com/herdguard/herdguard/internal/fleethook"
 	"github.com/herdguard/herdguard/internal/pipenet"
 	"github.com/herdguard/herdguard/local"
@@ -34,26 +35,7 @@ import (
 )
 
 // fakeClock is a retry.Clock whose Sleep advances Now instead of waiting.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-	return nil
-}
+type fakeClock = fakeclock.Clock
 
 // midWindow is a time in the middle of a 10 s window, so that a test's few
 // simulated milliseconds never cross a window boundary.
@@ -376,7 +358,7 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 	cfg := testConfig(t, p.srv.URL)
 	cfg.MaxAttempts = 1
 	cfg.MinRequests = 4
-	clock := &fakeClock{t: midWindow}
+	clock := fakeclock.New(midWindow)
 	f := newFixture(t, cfg, clock)
 	// Invocations a quarter of the breaker's ReportInterval apart, as a
 	// busy environment sees them: the handler flushes after each one, but
@@ -434,7 +416,7 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 
 func TestHandleAnswers503WhenBudgetExhausted(t *testing.T) {
 	p := newPartner(t, status(http.StatusServiceUnavailable))
-	clock := &fakeClock{t: midWindow}
+	clock := fakeclock.New(midWindow)
 	f := newFixture(t, testConfig(t, p.srv.URL), clock)
 
 	// First call: the local floor (1 retry) pays for one retry, then
@@ -493,7 +475,7 @@ func TestHandleGlobalBudgetRefuses(t *testing.T) {
 	cfg := testConfig(t, p.srv.URL)
 	cfg.LocalFloor = 100 // the local layer would grant: the fleet-wide one decides
 	cfg.Floor = 2
-	clock := &fakeClock{t: midWindow}
+	clock := fakeclock.New(midWindow)
 	f := newFixture(t, cfg, clock)
 	retries := 0
 	for i := 0; i < 4; i++ {
@@ -522,7 +504,7 @@ func TestHandlePartnerFailureIs502AfterRetries(t *testing.T) {
 	p := newPartner(t, status(http.StatusInternalServerError))
 	cfg := testConfig(t, p.srv.URL)
 	cfg.Ratio, cfg.LocalFloor, cfg.Floor = 1, 100, 100
-	f := newFixture(t, cfg, &fakeClock{t: midWindow})
+	f := newFixture(t, cfg, fakeclock.New(midWindow))
 	resp := f.handle(t, context.Background(), request("nord-3"))
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("got %d, want 502", resp.StatusCode)
@@ -563,7 +545,7 @@ func TestHandlePartnerAnswers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPartner(t, tc.answer)
-			f := newFixture(t, testConfig(t, p.srv.URL), &fakeClock{t: midWindow})
+			f := newFixture(t, testConfig(t, p.srv.URL), fakeclock.New(midWindow))
 			resp := f.handle(t, context.Background(), request("nord-3"))
 			if resp.StatusCode != tc.want {
 				t.Fatalf("got %d %s, want %d", resp.StatusCode, resp.Body, tc.want)
@@ -649,7 +631,7 @@ func TestHandleRespectsInvocationDeadline(t *testing.T) {
 
 func TestHealthyInvocationsWriteNothing(t *testing.T) {
 	p := newPartner(t, bikesJSON)
-	clock := &fakeClock{t: midWindow}
+	clock := fakeclock.New(midWindow)
 	f := newFixture(t, testConfig(t, p.srv.URL), clock)
 	for i := 0; i < 20; i++ {
 		if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusOK {
@@ -683,7 +665,7 @@ func TestFlushReportsPendingRequests(t *testing.T) {
 	})
 	cfg := testConfig(t, p.srv.URL)
 	cfg.Ratio = 1 // every request earns a whole retry, so every flush has something to write
-	clock := &fakeClock{t: midWindow}
+	clock := fakeclock.New(midWindow)
 	f := newFixture(t, cfg, clock)
 
 	if resp := f.handle(t, context.Background(), request("fails-once")); resp.StatusCode != http.StatusOK {
