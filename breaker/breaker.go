@@ -207,9 +207,6 @@ func New(name string, s Settings) (*Breaker, error) {
 	return b, nil
 }
 
-// Name returns the breaker's name.
-func (b *Breaker) Name() string { return b.name }
-
 // Allow asks whether a call may go now. It returns a Permit to pass to
 // Done, or an *OpenError (errors.Is(err, ErrOpen)) whose RetryAfter is the
 // time until the next probe may go.

@@ -558,12 +558,6 @@ func TestOpenErrorMessage(t *testing.T) {
 	}
 }
 
-func TestName(t *testing.T) {
-	if got := newBreaker(t, breaker.Settings{}).Name(); got != "partner" {
-		t.Fatalf("Name() = %q", got)
-	}
-}
-
 func TestConcurrentUse(t *testing.T) {
 	// Many goroutines drive one breaker through trips and recoveries; run
 	// with -race. The invariants: no panic, no call admitted while open
