@@ -1,5 +1,5 @@
 // Package awsretry makes the AWS SDK for Go v2 draw its retries from a
-// herdguard retry.Executor: an SDK client of any service, given a Retryer
+// herdguard retry.Executor: an SDK client of any service, given the retryer
 // from New, sends every attempt through the Executor's circuit breaker and
 // asks the Executor's budgets (local and fleet-wide) before every retry, so
 // that a partner reached through the SDK is protected exactly like one
@@ -10,7 +10,7 @@
 //	client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.Retryer = r })
 //
 // The SDK keeps running its own retry loop (its Attempt middleware), and
-// the Retryer keeps what the SDK does well: which errors are retryable and
+// the retryer keeps what the SDK does well: which errors are retryable and
 // which are throttling (the SDK's standard classification, or Options.Base),
 // its backoff (2026 retry behaviour: full jitter over 50 ms for transient
 // errors, 1 s for throttling), its clock skew correction and its handling of
@@ -29,9 +29,9 @@
 //   - every retry asks the budgets (GetRetryToken), charged as
 //     budget.Throttling when the SDK calls the error throttling and as
 //     budget.Transient otherwise. A refusal ends the call with the SDK's
-//     last error joined to a *budget.ExhaustedError (errors.Is(err,
-//     budget.ErrExhausted) holds, and retry.RetryAfter(err) gives the
-//     budget's hint). As in retry.Do, a wait that would end within the
+//     last error joined to a *retry.GiveUpError with Reason BudgetExhausted
+//     (errors.Is(err, budget.ErrExhausted) holds, and retry.RetryAfter(err)
+//     gives the budget's hint). As in retry.Do, a wait that would end within the
 //     Executor's DeadlineMargin of the context's deadline, or a server hint
 //     above its MaxRetryAfter, ends the call at once with a
 //     *retry.GiveUpError and spends nothing;
@@ -42,7 +42,7 @@
 // The wait before a retry is the SDK's backoff, raised to the server's hint
 // (x-amz-retry-after, and Retry-After, which the SDK alone ignores): a hint
 // is a lower bound, as everywhere in herdguard. The Executor's hooks
-// (OnRetry, OnGiveUp, OnBudgetExhausted, OnStoreError) and the breaker's
+// (OnRetry, OnGiveUp, OnStoreError) and the breaker's
 // OnStateChange see the SDK's calls as they see the Executor's own.
 //
 // One limit comes from the SDK's loop: a retry the budgets granted that the
@@ -50,7 +50,7 @@
 // the wait) is never released by the SDK, so it stays spent as if it had
 // failed: fewer retries, never more.
 //
-// Never give this Retryer to the DynamoDB client of herdguard's own stores:
+// Never give this retryer to the DynamoDB client of herdguard's own stores:
 // the budgets and the breaker must not depend on the table that serves them.
 // dynamo.NewClient always installs its own retryer, whatever the aws.Config
 // it is given says.
@@ -70,7 +70,10 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/herdguard/herdguard"
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/hint"
 	"github.com/herdguard/herdguard/retry"
 )
 
@@ -86,38 +89,39 @@ type Options struct {
 	Base aws.Retryer
 }
 
-// Retryer is an aws.RetryerV2 over a retry.Executor; see the package
-// documentation. It is safe for concurrent use; share one per partner
-// between the clients that call it.
-type Retryer struct {
+// retryer is the aws.RetryerV2 over a retry.Executor that New returns.
+type retryer struct {
 	exec     *retry.Executor
 	base     aws.Retryer
 	throttle sdkretry.IsErrorThrottle
 	waits    waitRing
 }
 
-var _ aws.RetryerV2 = (*Retryer)(nil)
+var _ aws.RetryerV2 = (*retryer)(nil)
 
-// New returns a Retryer that takes its breaker and budgets from exec.
-func New(exec *retry.Executor, opts Options) (*Retryer, error) {
+// New returns an aws.RetryerV2 that takes its breaker and budgets from
+// exec; see the package documentation. It is safe for concurrent use: share
+// one per partner between the clients that call it. A nil exec is a
+// *herdguard.ConfigError.
+func New(exec *retry.Executor, opts Options) (aws.RetryerV2, error) {
 	if exec == nil {
-		return nil, errors.New("herdguard: awsretry.New: the executor is nil")
+		return nil, &herdguard.ConfigError{Field: "awsretry.New exec", Reason: "is nil"}
 	}
 	base := opts.Base
 	if base == nil {
 		base = sdkretry.NewStandard()
 	}
-	return &Retryer{exec: exec, base: base, throttle: sdkretry.IsErrorThrottles(sdkretry.DefaultThrottles)}, nil
+	return &retryer{exec: exec, base: base, throttle: sdkretry.IsErrorThrottles(sdkretry.DefaultThrottles)}, nil
 }
 
 // MaxAttempts returns the Executor's MaxAttempts.
-func (r *Retryer) MaxAttempts() int { return r.exec.MaxAttempts() }
+func (r *retryer) MaxAttempts() int { return r.exec.MaxAttempts() }
 
 // IsErrorRetryable reports whether Options.Base retries err. A refusal of a
 // herdguard layer (budget.ErrExhausted, breaker.ErrOpen) and a cancellation
 // are never retried.
-func (r *Retryer) IsErrorRetryable(err error) bool {
-	if retry.ClassifyControl(err, false) != retry.NoOpinion {
+func (r *retryer) IsErrorRetryable(err error) bool {
+	if refusedOrCanceled(err) {
 		return false
 	}
 	return r.base.IsErrorRetryable(err)
@@ -126,7 +130,7 @@ func (r *Retryer) IsErrorRetryable(err error) bool {
 // GetAttemptToken gates the attempt through the Executor's breaker (see
 // retry.Executor.StartAttempt). The token it returns reports the attempt's
 // outcome to the breaker when the SDK releases it.
-func (r *Retryer) GetAttemptToken(ctx context.Context) (func(error) error, error) {
+func (r *retryer) GetAttemptToken(ctx context.Context) (func(error) error, error) {
 	done, err := r.exec.StartAttempt(ctx, attemptNumber(ctx))
 	if err != nil {
 		return nil, err
@@ -139,12 +143,12 @@ func (r *Retryer) GetAttemptToken(ctx context.Context) (func(error) error, error
 
 // GetInitialToken is the SDK's deprecated form of GetAttemptToken, which
 // the SDK never calls on a RetryerV2. It returns a token that does nothing.
-func (r *Retryer) GetInitialToken() func(error) error { return nopRelease }
+func (r *retryer) GetInitialToken() func(error) error { return nopRelease }
 
 // GetRetryToken asks the Executor's budgets for a retry after the SDK
 // attempt whose error is opErr (see retry.Executor.AcquireRetry). The token
 // it returns tells the budgets whether the retry succeeded.
-func (r *Retryer) GetRetryToken(ctx context.Context, opErr error) (func(error) error, error) {
+func (r *retryer) GetRetryToken(ctx context.Context, opErr error) (func(error) error, error) {
 	attempt := attemptNumber(ctx)
 	hint := serverHint(opErr)
 	backoff, err := r.base.RetryDelay(attempt, opErr)
@@ -174,7 +178,7 @@ func (r *Retryer) GetRetryToken(ctx context.Context, opErr error) (func(error) e
 // RetryDelay returns the wait before the retry after attempt failed with
 // err: the one GetRetryToken checked against the deadline when it granted
 // the retry, or else Options.Base's backoff raised to the server's hint.
-func (r *Retryer) RetryDelay(attempt int, err error) (time.Duration, error) {
+func (r *retryer) RetryDelay(attempt int, err error) (time.Duration, error) {
 	if d, ok := r.waits.take(err); ok {
 		return d, nil
 	}
@@ -187,12 +191,12 @@ func (r *Retryer) RetryDelay(attempt int, err error) (time.Duration, error) {
 
 // verdict maps the SDK's view of an attempt's error onto herdguard's: the
 // Verdict decides the breaker's outcome and the kind of a retry.
-func (r *Retryer) verdict(err error) retry.Verdict {
+func (r *retryer) verdict(err error) retry.Verdict {
 	if err == nil {
 		return retry.NoOpinion
 	}
-	if v := retry.ClassifyControl(err, false); v != retry.NoOpinion {
-		return v // canceled, or refused by a herdguard layer: not the partner's doing
+	if refusedOrCanceled(err) {
+		return retry.NoRetryExcluded // canceled, or refused by a herdguard layer: not the partner's doing
 	}
 	if r.base.IsErrorRetryable(err) {
 		if r.throttle.IsErrorThrottle(err) == aws.TrueTernary {
@@ -221,11 +225,18 @@ func serverHint(err error) time.Duration {
 	if !errors.As(err, &re) || re.Response == nil || re.Response.Response == nil {
 		return 0
 	}
-	d, _ := retry.RetryAfterFromHeader(re.Response.Header, time.Now())
+	d, _ := hint.FromHeader(re.Response.Header, time.Now())
 	return d
 }
 
 func nopRelease(error) error { return nil }
+
+// refusedOrCanceled reports whether err is the caller's cancellation or a
+// refusal of a herdguard layer (a budget, a breaker, of this Executor or of
+// one nested in the call), which are never retried again on top.
+func refusedOrCanceled(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, budget.ErrExhausted) || errors.Is(err, breaker.ErrOpen)
+}
 
 // attemptNumber returns the number, from 1, of the SDK attempt whose
 // context ctx is.

@@ -138,7 +138,7 @@ type fixture struct {
 	exec    *retry.Executor
 	client  *dynamodb.Client
 	retries []retry.RetryEvent
-	giveUps []retry.GiveUpEvent
+	giveUps []*retry.GiveUpError
 }
 
 func newFixture(t *testing.T, cfg retry.Config, base aws.Retryer, script ...answer) *fixture {
@@ -158,7 +158,7 @@ func newFixture(t *testing.T, cfg retry.Config, base aws.Retryer, script ...answ
 	}
 	var mu sync.Mutex
 	cfg.OnRetry = func(ev retry.RetryEvent) { mu.Lock(); f.retries = append(f.retries, ev); mu.Unlock() }
-	cfg.OnGiveUp = func(ev retry.GiveUpEvent) { mu.Lock(); f.giveUps = append(f.giveUps, ev); mu.Unlock() }
+	cfg.OnGiveUp = func(ev *retry.GiveUpError) { mu.Lock(); f.giveUps = append(f.giveUps, ev); mu.Unlock() }
 	if f.exec, err = retry.New(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -327,8 +327,9 @@ func TestBudgetRefusal(t *testing.T) {
 		t.Fatalf("err %v; want one matching budget.ErrExhausted", err)
 	}
 	var te *types.ThrottlingException
-	if !errors.As(err, &te) || !errors.As(ex.Err, &te) || ex.Attempts != 2 {
-		t.Errorf("err %v (refusal %+v); want the service's ThrottlingException inside, after 2 attempts", err, ex)
+	var gu *retry.GiveUpError
+	if !errors.As(err, &te) || !errors.As(err, &gu) || gu.Reason != retry.BudgetExhausted || !errors.As(gu.Err, &te) || gu.Attempts != 2 {
+		t.Errorf("err %v (give-up %+v); want the service's ThrottlingException inside a budget refusal, after 2 attempts", err, gu)
 	}
 	if d, ok := retry.RetryAfter(err); !ok || d != 4*time.Second {
 		t.Errorf("retry.RetryAfter(err) = %v, %v; want the budget's 4s", d, ok)
@@ -444,7 +445,7 @@ func TestDynamoClientNeverUsesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	br.ForceOpen()
+	br.Override(breaker.ForcedOpen)
 	exec, err := retry.New(retry.Config{Budgets: []budget.Budget{b}, Breaker: br})
 	if err != nil {
 		t.Fatal(err)
@@ -463,8 +464,8 @@ func TestDynamoClientNeverUsesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, isOurs := client.Options().Retryer.(*awsretry.Retryer); isOurs {
-		t.Fatal("dynamo.NewClient kept the awsretry.Retryer of the aws.Config")
+	if client.Options().Retryer == aws.Retryer(r) {
+		t.Fatal("dynamo.NewClient kept the awsretry retryer of the aws.Config")
 	}
 	_, err = client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String("t"),

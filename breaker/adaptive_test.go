@@ -199,7 +199,7 @@ func TestAdaptiveGridBrownouts(t *testing.T) {
 	if fleetsim.RaceEnabled {
 		envs, calls = fleetsim.RaceGridEnvs, fleetsim.RaceGridCalls
 	}
-	g.Cells = fleetsim.Cells(envs, calls, []float64{0.05, breaker.DefaultFailureRatio - 0.2}, seeds)
+	g.Cells = fleetsim.Cells(envs, calls, []float64{0.05, defaultFailureRatio - 0.2}, seeds)
 	results, err := g.Run()
 	if err != nil {
 		t.Fatal(err)

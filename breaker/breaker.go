@@ -2,15 +2,15 @@ package breaker
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/internal/attempt"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // Permit is a call admitted by Allow. Pass it to Done with the call's
@@ -35,9 +35,6 @@ const (
 // Probe reports whether the permit is a half-open probe, whose outcome
 // closes or re-opens the breaker.
 func (p Permit) Probe() bool { return p.kind == permitProbe }
-
-// Start returns the time passed to the Allow that issued the permit.
-func (p Permit) Start() time.Time { return p.start }
 
 // The state word packs the generation with the flags that send a call off
 // the lock-free path. It is written only with mu held.
@@ -135,7 +132,7 @@ type Breaker struct {
 	lastReport time.Time
 	// sampleFrom is when this environment starts sampling in the watch
 	// it follows (zero: not drawn yet); firstDone: its first window,
-	// [sampleFrom, sampleFrom + ReportInterval), has closed; ready holds
+	// [sampleFrom, sampleFrom + the report interval), has closed; ready holds
 	// that window's counts until they are reported (see
 	// drawSampleFromLocked).
 	sampleFrom time.Time
@@ -186,11 +183,12 @@ type event struct {
 }
 
 // New returns a closed breaker. name identifies it in a Store and in
-// errors; it must pass budget.ValidateName. New returns a *SettingsError
-// naming the field when s is invalid.
+// errors: 1 to 128 bytes of letters, digits, '-', '_', '.' and ':'. New
+// returns a *herdguard.ConfigError naming the name or the field of s it
+// rejects.
 func New(name string, s Settings) (*Breaker, error) {
-	if err := budget.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("herdguard: breaker name: %w", err)
+	if msg := names.Check(name); msg != "" {
+		return nil, &herdguard.ConfigError{Field: "breaker.New name", Reason: msg}
 	}
 	rs, err := s.resolve()
 	if err != nil {
@@ -201,7 +199,7 @@ func New(name string, s Settings) (*Breaker, error) {
 		s:      rs,
 		store:  rs.Store,
 		rand:   rs.Rand,
-		win:    newWindow(int64(rs.Window)/int64(rs.WindowSlots), rs.WindowSlots),
+		win:    newWindow(int64(rs.Window)/windowSlots, windowSlots),
 		probes: make([]time.Time, rs.HalfOpenProbes),
 		gen:    1,
 	}
@@ -211,9 +209,6 @@ func New(name string, s Settings) (*Breaker, error) {
 	b.publishLocked(time.Time{})
 	return b, nil
 }
-
-// Name returns the breaker's name.
-func (b *Breaker) Name() string { return b.name }
 
 // Allow asks whether a call may go now. It returns a Permit to pass to
 // Done, or an *OpenError (errors.Is(err, ErrOpen)) whose RetryAfter is the
@@ -269,8 +264,8 @@ func (b *Breaker) Done(ctx context.Context, now time.Time, p Permit, o Outcome) 
 }
 
 // State returns the state as of now: the state an Allow at now would start
-// from, overrides included (ForceOpen reads as Open, ForceClose and
-// Disable as Closed). An open breaker whose open duration has passed reads
+// from, overrides included (ForcedOpen reads as Open, ForcedClosed and
+// Disabled as Closed). An open breaker whose open duration has passed reads
 // as HalfOpen. State makes no Store call.
 func (b *Breaker) State(now time.Time) State {
 	b.mu.Lock()
@@ -301,23 +296,21 @@ func (b *Breaker) Counts() Counts {
 	return c
 }
 
-// ForceOpen makes this process reject every call (OpenError.Forced is
-// true) until ForceClose, Disable or Reset. It takes precedence over the
-// state machine and over an override in the Store, and writes nothing to
-// the Store.
-func (b *Breaker) ForceOpen() { b.setOverride(ForcedOpen) }
-
-// ForceClose makes this process admit every call until ForceOpen, Disable
-// or Reset; outcomes are still counted but never trip the breaker. It
-// takes precedence over the state machine and over an override in the
-// Store, and writes nothing to the Store.
-func (b *Breaker) ForceClose() { b.setOverride(ForcedClosed) }
-
-// Disable turns the breaker off in this process until ForceOpen,
-// ForceClose or Reset: every call is admitted and nothing is counted. It
-// takes precedence over the state machine and over an override in the
-// Store, and writes nothing to the Store.
-func (b *Breaker) Disable() { b.setOverride(Disabled) }
+// Override sets this process's operator override until the next call of
+// Override or Reset: ForcedOpen rejects every call (OpenError.Forced is
+// true), ForcedClosed admits every call (outcomes are still counted but
+// never trip the breaker), Disabled admits every call and counts nothing,
+// and NoOverride hands the breaker back to its state machine and the
+// Store's override. It takes precedence over the state machine and over an
+// override in the Store, and writes nothing to the Store (fleet-wide
+// overrides are written with Store.SetOverride, or by hand: see package
+// dynamo). An Override outside these four is ignored.
+func (b *Breaker) Override(o Override) {
+	if o < NoOverride || o > Disabled {
+		return
+	}
+	b.setOverride(o)
+}
 
 // Reset clears this process's override and state: the breaker is closed,
 // with zero counts, in a new generation. A shared breaker also forgets its

@@ -49,7 +49,7 @@ type rpPermit struct {
 // operator actions, and checks after every step:
 //
 //   - it never goes from open or half-open to closed unless a probe
-//     succeeded since it last opened, or an operator closed it (ForceClose,
+//     succeeded since it last opened, or an operator closed it (ForcedClosed,
 //     Disable, Reset);
 //   - a permit issued before the latest state change is dropped by Done: no
 //     count, no state change;
@@ -75,10 +75,9 @@ func TestRapidLocalBreaker(t *testing.T) {
 			FailureRatio:        rapid.SampledFrom([]float64{0.2, 0.5, 1}).Draw(rt, "ratio"),
 			ConsecutiveFailures: int64(rapid.IntRange(0, 3).Draw(rt, "consecutive")),
 			Window:              time.Second,
-			WindowSlots:         10,
 			OpenDuration:        openFor,
 			MaxOpenDuration:     4 * openFor,
-			Jitter:              rapid.SampledFrom([]float64{breaker.NoJitter, 0.2}).Draw(rt, "jitter"),
+			Jitter:              rapid.SampledFrom([]float64{-1, 0.2}).Draw(rt, "jitter"),
 			Rand:                rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 1)).Float64,
 			HalfOpenProbes:      probes,
 			ProbeLease:          lease,
@@ -173,13 +172,13 @@ func TestRapidLocalBreaker(t *testing.T) {
 			"operator": func(rt *rapid.T) {
 				switch rapid.IntRange(0, 3).Draw(rt, "action") {
 				case 0:
-					b.ForceOpen()
+					b.Override(breaker.ForcedOpen)
 				case 1:
 					operatorClose = true
-					b.ForceClose()
+					b.Override(breaker.ForcedClosed)
 				case 2:
 					operatorClose = true
-					b.Disable()
+					b.Override(breaker.Disabled)
 				case 3:
 					operatorClose = true
 					b.Reset()

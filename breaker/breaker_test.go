@@ -100,7 +100,7 @@ func wantState(t *testing.T, b *breaker.Breaker, now time.Time, want breaker.Sta
 
 func TestTripsOnRatioWithMinThroughput(t *testing.T) {
 	rec := &recorder{}
-	b := newBreaker(t, breaker.Settings{Jitter: breaker.NoJitter, OnStateChange: rec.hook})
+	b := newBreaker(t, breaker.Settings{Jitter: -1, OnStateChange: rec.hook})
 	calls(t, b, t0, breaker.Success, 10)
 	calls(t, b, t0, breaker.Failure, 9)
 	wantState(t, b, t0, breaker.Closed) // 19 calls: below MinRequests
@@ -180,7 +180,7 @@ func TestConsecutiveFailures(t *testing.T) {
 // latest failure (or the start of the generation), however many slots
 // have rolled out since.
 func TestConsecutiveSuccessesOutliveTheWindow(t *testing.T) {
-	b := newBreaker(t, breaker.Settings{Window: 4 * time.Second, WindowSlots: 4})
+	b := newBreaker(t, breaker.Settings{Window: 4 * time.Second})
 	for i := range 30 { // 30 s, 3 calls a second: the ring is reused many times
 		calls(t, b, t0.Add(time.Duration(i)*time.Second), breaker.Success, 3)
 	}
@@ -221,7 +221,7 @@ func TestCountsAfterResetInTheSameSlot(t *testing.T) {
 
 func TestOpenHalfOpenClosed(t *testing.T) {
 	rec := &recorder{}
-	b := newBreaker(t, breaker.Settings{Jitter: breaker.NoJitter, OnStateChange: rec.hook})
+	b := newBreaker(t, breaker.Settings{Jitter: -1, OnStateChange: rec.hook})
 	calls(t, b, t0, breaker.Failure, 20)
 	wantState(t, b, t0, breaker.Open)
 
@@ -268,7 +268,7 @@ func TestOpenHalfOpenClosed(t *testing.T) {
 }
 
 func TestOpenDurationGrowsAndIsCapped(t *testing.T) {
-	b := newBreaker(t, breaker.Settings{Jitter: breaker.NoJitter, MaxOpenDuration: 5 * time.Minute})
+	b := newBreaker(t, breaker.Settings{Jitter: -1, MaxOpenDuration: 5 * time.Minute})
 	calls(t, b, t0, breaker.Failure, 20)
 	now := t0
 	wantDurations := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute, 5 * time.Minute}
@@ -335,7 +335,7 @@ func TestJitterBounds(t *testing.T) {
 }
 
 func TestHalfOpenProbeLimit(t *testing.T) {
-	b := newBreaker(t, breaker.Settings{HalfOpenProbes: 3, Jitter: breaker.NoJitter, ProbeLease: 5 * time.Second})
+	b := newBreaker(t, breaker.Settings{HalfOpenProbes: 3, Jitter: -1, ProbeLease: 5 * time.Second})
 	calls(t, b, t0, breaker.Failure, 20)
 	at := t0.Add(30 * time.Second)
 	var probes []breaker.Permit
@@ -374,7 +374,7 @@ func TestHalfOpenProbeLimit(t *testing.T) {
 
 func TestStaleGenerationIsDropped(t *testing.T) {
 	rec := &recorder{}
-	b := newBreaker(t, breaker.Settings{Jitter: breaker.NoJitter, OnStateChange: rec.hook})
+	b := newBreaker(t, breaker.Settings{Jitter: -1, OnStateChange: rec.hook})
 	old, err := b.Allow(ctx, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -429,7 +429,7 @@ func TestSlowCalls(t *testing.T) {
 }
 
 func TestSlowProbeReopens(t *testing.T) {
-	b := newBreaker(t, breaker.Settings{SlowCallThreshold: time.Second, Jitter: breaker.NoJitter})
+	b := newBreaker(t, breaker.Settings{SlowCallThreshold: time.Second, Jitter: -1})
 	calls(t, b, t0, breaker.Failure, 20)
 	at := t0.Add(30 * time.Second)
 	p, err := b.Allow(ctx, at)
@@ -494,20 +494,20 @@ func TestOnStateChangeRunsOutsideTheLock(t *testing.T) {
 
 func TestOverrides(t *testing.T) {
 	rec := &recorder{}
-	b := newBreaker(t, breaker.Settings{OnStateChange: rec.hook, Jitter: breaker.NoJitter})
+	b := newBreaker(t, breaker.Settings{OnStateChange: rec.hook, Jitter: -1})
 	calls(t, b, t0, breaker.Success, 3)
 
-	b.ForceOpen()
+	b.Override(breaker.ForcedOpen)
 	wantState(t, b, t0, breaker.Open)
 	_, err := b.Allow(ctx, t0)
 	if oe := mustOpenError(t, err); !oe.Forced || oe.State != breaker.Open || oe.RetryAfter != 0 {
 		t.Fatalf("forced open: %+v", oe)
 	}
 	if got := rec.last(t); got.from != breaker.Closed || got.to != breaker.Open || got.before.Successes != 3 {
-		t.Fatalf("ForceOpen announced %+v", got)
+		t.Fatalf("Override(ForcedOpen) announced %+v", got)
 	}
 
-	b.ForceClose()
+	b.Override(breaker.ForcedClosed)
 	wantState(t, b, t0, breaker.Closed)
 	calls(t, b, t0, breaker.Failure, 50) // counted, never trips
 	wantState(t, b, t0, breaker.Closed)
@@ -515,7 +515,7 @@ func TestOverrides(t *testing.T) {
 		t.Fatalf("forced closed: counts = %+v, want 50 failures", c)
 	}
 
-	b.Disable()
+	b.Override(breaker.Disabled)
 	calls(t, b, t0, breaker.Failure, 50)
 	if c := b.Counts(); c != (breaker.Counts{}) {
 		t.Fatalf("disabled: counts = %+v, want nothing counted", c)
@@ -531,11 +531,11 @@ func TestOverrides(t *testing.T) {
 		t.Fatalf("after Reset: counts = %+v", c)
 	}
 
-	// ForceClose over an open breaker admits at once; a call admitted
+	// ForcedClosed over an open breaker admits at once; a call admitted
 	// before the override belongs to an older generation.
 	calls(t, b, t0, breaker.Failure, 20)
 	wantState(t, b, t0, breaker.Open)
-	b.ForceClose()
+	b.Override(breaker.ForcedClosed)
 	p, err := b.Allow(ctx, t0)
 	if err != nil || p.Probe() {
 		t.Fatalf("force-closed over open: %v", err)
@@ -558,17 +558,11 @@ func TestOpenErrorMessage(t *testing.T) {
 	}
 }
 
-func TestName(t *testing.T) {
-	if got := newBreaker(t, breaker.Settings{}).Name(); got != "partner" {
-		t.Fatalf("Name() = %q", got)
-	}
-}
-
 func TestConcurrentUse(t *testing.T) {
 	// Many goroutines drive one breaker through trips and recoveries; run
 	// with -race. The invariants: no panic, no call admitted while open
 	// before the open period ends, and the breaker ends in a valid state.
-	b := newBreaker(t, breaker.Settings{MinRequests: 10, Window: time.Second, HalfOpenProbes: 2, OpenDuration: 50 * time.Millisecond, Jitter: breaker.NoJitter})
+	b := newBreaker(t, breaker.Settings{MinRequests: 10, Window: time.Second, HalfOpenProbes: 2, OpenDuration: 50 * time.Millisecond, Jitter: -1})
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {

@@ -48,9 +48,10 @@
 // breaker). OnStateChange sees every change of the state State reports,
 // with the counts as they were just before it.
 //
-// ForceOpen, ForceClose and Disable are this process's operator overrides;
-// they beat both the state machine and an override stored in the Store,
-// and write nothing. Reset clears them.
+// Breaker.Override sets this process's operator override (ForcedOpen,
+// ForcedClosed, Disabled, or NoOverride to clear it); it beats both the
+// state machine and an override stored in the Store, and writes nothing.
+// Reset clears it too.
 //
 // # Shared mode
 //
@@ -75,7 +76,7 @@
 // failed), each counting for k calls; k is derived from the fleet's
 // request rate in the buckets so that about 250 calls a second are
 // sampled fleet-wide, whatever the fleet's size. An environment reports
-// what it sampled at most once per ReportInterval (1 s), Flush included,
+// what it sampled at most once a second, Flush included,
 // into the bucket of the report's time (one conditional write, refused if
 // the epoch moved), and drops samples older than the rolling window (an
 // environment frozen with samples pending). The failure that raised the
@@ -125,8 +126,8 @@
 // alone (OriginLocal).
 //
 // What it costs, per environment: quiet, one Load per 15 × CacheTTL and
-// no writes. Watching, one Load per CacheTTL and at most one report per
-// ReportInterval, and only while it samples something (about 250 sampled
+// no writes. Watching, one Load per CacheTTL and at most one report a
+// second, and only while it samples something (about 250 sampled
 // calls a second fleet-wide); one alarm per failure that finds the fleet
 // quiet, at most once per CacheTTL (almost always only the first
 // environment's, since a failure reads the state first). A trip or probe

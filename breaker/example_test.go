@@ -16,8 +16,8 @@ import (
 func Example() {
 	ctx := context.Background()
 	b, err := breaker.New("payments", breaker.Settings{
-		MinRequests: 5,                // trip on 50% of at least 5 calls
-		Jitter:      breaker.NoJitter, // exact durations, for this example
+		MinRequests: 5,  // trip on 50% of at least 5 calls
+		Jitter:      -1, // exact durations, for this example
 	})
 	if err != nil {
 		panic(err)
@@ -49,7 +49,7 @@ func ExampleSettings_onStateChange() {
 	b, _ := breaker.New("search", breaker.Settings{
 		MinRequests:  4,
 		OpenDuration: 10 * time.Second,
-		Jitter:       breaker.NoJitter,
+		Jitter:       -1,
 		OnStateChange: func(c breaker.StateChange) {
 			fmt.Printf("%s: %s -> %s after %d failures, %d successes\n", c.Name, c.From, c.To, c.Counts.Failures, c.Counts.Successes)
 		},
@@ -81,7 +81,7 @@ func Example_fleet() {
 	env := func(seed uint64) *breaker.Breaker {
 		b, err := breaker.New("partner-api", breaker.Settings{
 			Store:  store,
-			Jitter: breaker.NoJitter,
+			Jitter: -1,
 			Rand:   rand.New(rand.NewPCG(seed, 1)).Float64, // seeded for a stable output
 		})
 		if err != nil {
@@ -97,7 +97,7 @@ func Example_fleet() {
 		if p, err := e.Allow(ctx, at); err == nil {
 			e.Done(ctx, at, p, o)
 		}
-		_ = e.Flush(ctx)
+		_ = e.Flush(ctx, at)
 	}
 	for i := range 20 { // healthy: two environments, a call every 100 ms each
 		at := start.Add(time.Duration(i) * 100 * time.Millisecond)
@@ -121,13 +121,14 @@ func Example_fleet() {
 	// fresh environment rejected: true
 }
 
-// ForceOpen is a local kill switch: this process rejects every call.
-func ExampleBreaker_ForceOpen() {
+// Override(ForcedOpen) is a local kill switch: this process rejects every
+// call; NoOverride lifts it.
+func ExampleBreaker_Override() {
 	b, _ := breaker.New("ledger", breaker.Settings{})
-	b.ForceOpen()
+	b.Override(breaker.ForcedOpen)
 	_, err := b.Allow(context.Background(), time.Now())
 	fmt.Println(err)
-	b.Reset()
+	b.Override(breaker.NoOverride)
 	_, err = b.Allow(context.Background(), time.Now())
 	fmt.Println(err)
 	// Output:

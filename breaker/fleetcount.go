@@ -77,16 +77,16 @@ func (p *pending) dropOld(cur int64) {
 }
 
 // Flush sends this environment's sampled fleet counts if its last report
-// is at least ReportInterval old (as of the latest time the breaker has
-// seen), and trips the fleet if the counts answered call for it. A Lambda
-// handler calls it before returning, since the execution environment may
-// be frozen afterwards; calling it after every invocation costs nothing
-// while the fleet is quiet (nothing is sampled) and at most one write per
-// ReportInterval otherwise. Without a Store, while the Store has failed
+// is at least a second old at now, and trips the fleet if the counts
+// answered call for it. A Lambda handler calls it before returning (with
+// retry.Executor.Flush, which passes the Executor's clock), since the
+// execution environment may be frozen afterwards; calling it after every
+// invocation costs nothing while the fleet is quiet (nothing is sampled)
+// and at most one write a second otherwise. Without a Store, while the Store has failed
 // (the local state machine decides), or with nothing due, Flush writes
 // nothing. It returns the Store's fault (an error satisfying
 // errors.Is(err, ErrStore)) or ctx's error.
-func (b *Breaker) Flush(ctx context.Context) error {
+func (b *Breaker) Flush(ctx context.Context, now time.Time) error {
 	if b.store == nil {
 		return nil
 	}
@@ -94,7 +94,8 @@ func (b *Breaker) Flush(ctx context.Context) error {
 		ctx = context.Background()
 	}
 	b.mu.Lock()
-	j := b.takeReportLocked(b.lastNow, false)
+	b.observeLocked(now)
+	j := b.takeReportLocked(now, false)
 	b.mu.Unlock()
 	if j.op == opNone {
 		return nil
@@ -158,7 +159,7 @@ func (b *Breaker) sampleLocked(now time.Time) int32 {
 
 // drawSampleFromLocked draws when this environment, which learnt of the
 // fleet's watch at now, starts sampling, and whether its first report
-// holds exactly its first ReportInterval of sampling (its first window,
+// holds exactly its first report interval of sampling (its first window,
 // see closeFirstLocked).
 //
 // An environment learns of a watch from a failure of its own, at a moment
@@ -171,10 +172,10 @@ func (b *Breaker) sampleLocked(now time.Time) int32 {
 // a fleet failing 30% of its calls (cmd/outagesim's partial outage) was
 // estimated far above 50% in its first second of counting and the hard
 // stop opened within a second in every run of the busy fleet. So an
-// environment that makes at least a call per ReportInterval (its own
+// environment that makes at least a call per report interval (its own
 // calls over the window say so) starts sampling after a random delay of up
 // to one bucket width if it failed within one, and its first report covers
-// its first ReportInterval of sampling whole, whatever the pattern of the
+// its first report interval of sampling whole, whatever the pattern of the
 // failures within it. An environment whose calls are further apart needs
 // neither (each of its reports covers one call, at a moment no failure
 // chose) and starts at once: holding its sample until its next call would
@@ -187,8 +188,8 @@ func (b *Breaker) drawSampleFromLocked(now time.Time) {
 	w := b.s.Window / FleetSlots
 	if !b.s.Adaptive {
 		local := b.win.rolling(b.win.number(now.UnixNano()))
-		if time.Duration(local.Requests)*b.s.ReportInterval < b.s.Window {
-			return // fewer than one call per ReportInterval
+		if time.Duration(local.Requests)*b.s.reportInterval < b.s.Window {
+			return // fewer than one call per report interval
 		}
 		if b.lastFailure.IsZero() || now.Sub(b.lastFailure) >= w {
 			b.firstDone = false
@@ -200,11 +201,11 @@ func (b *Breaker) drawSampleFromLocked(now time.Time) {
 }
 
 // closeFirstLocked closes this environment's first window of the watch,
-// [sampleFrom, sampleFrom + ReportInterval), once now is past it: the
+// [sampleFrom, sampleFrom + the report interval), once now is past it: the
 // counts it gathered become ready to report, alone; later counts wait for
 // the report after.
 func (b *Breaker) closeFirstLocked(now time.Time) {
-	if b.sampleFrom.IsZero() || b.firstDone || now.Before(b.sampleFrom.Add(b.s.ReportInterval)) {
+	if b.sampleFrom.IsZero() || b.firstDone || now.Before(b.sampleFrom.Add(b.s.reportInterval)) {
 		return
 	}
 	b.firstDone = true
@@ -247,10 +248,10 @@ func (b *Breaker) pendStartLocked(now time.Time) {
 // request rate: the requests of the complete buckets of the rolling window
 // in the snapshot held (the estimates there are unbiased whatever k was
 // then), over the span since the oldest of them that has counts. Counts
-// land in the bucket of their report, up to ReportInterval after their
-// calls, so one bucket can hold a ReportInterval of a fleet's calls
+// land in the bucket of their report, up to the report interval after their
+// calls, so one bucket can hold a the report interval of a fleet's calls
 // (environments that report together): the span is never shorter than
-// ReportInterval, nor longer than the complete buckets. While the watch is
+// the report interval, nor longer than the complete buckets. While the watch is
 // young the rate comes out low (k smaller: more samples, never fewer). k
 // is initialSampling while no complete bucket has counts.
 func (b *Breaker) samplingFactorLocked(now time.Time) int64 {
@@ -267,7 +268,7 @@ func (b *Breaker) samplingFactorLocked(now time.Time) int64 {
 		return initialSampling
 	}
 	bucket := b.s.Window / FleetSlots
-	span := min(max(time.Duration(cur-oldest)*bucket, b.s.ReportInterval), (FleetSlots-1)*bucket)
+	span := min(max(time.Duration(cur-oldest)*bucket, b.s.reportInterval), (FleetSlots-1)*bucket)
 	return max(1, int64(math.Ceil(float64(req)/span.Seconds()/targetSamplesPerSecond)))
 }
 
@@ -303,7 +304,7 @@ func (b *Breaker) alarmLocked(now time.Time) job {
 	}
 	j := job{op: opAlarm, gen: b.gen, epoch: b.snap.Epoch, now: now, prevReport: b.lastReport}
 	b.lastAlarm = now
-	b.lastReport = now // the alarm is this environment's report for ReportInterval
+	b.lastReport = now // the alarm is this environment's report for the report interval
 	b.reportBusy = true
 	return j
 }
@@ -338,14 +339,14 @@ func (b *Breaker) runAlarm(ctx context.Context, j job) error {
 	return b.runReport(ctx, job{op: opReport, gen: j.gen, epoch: r.Epoch, now: j.now, report: r})
 }
 
-// reportDueLocked reports whether ReportInterval has passed since this
+// reportDueLocked reports whether the report interval has passed since this
 // environment's last report.
 func (b *Breaker) reportDueLocked(now time.Time) bool {
-	return b.lastReport.IsZero() || !now.Before(b.lastReport.Add(b.s.ReportInterval))
+	return b.lastReport.IsZero() || !now.Before(b.lastReport.Add(b.s.reportInterval))
 }
 
 // takeReportLocked returns the report to make now, if any: the counts
-// pending, once ReportInterval has passed since the last report (or at
+// pending, once the report interval has passed since the last report (or at
 // once with force); but nothing while this environment's first window of
 // the watch is open, and its first window's counts alone, at once, when
 // it has closed (see drawSampleFromLocked). Counts older than the rolling

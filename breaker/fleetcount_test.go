@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/knobs"
 )
 
 // Tests of the fleet's counting protocol (fleetcount.go): quiet fleets
@@ -21,7 +22,7 @@ import (
 func invoke(t testing.TB, e env, at time.Time, o breaker.Outcome) bool {
 	t.Helper()
 	ok := call(t, e.Breaker, at, o)
-	if err := e.Flush(ctx); err != nil {
+	if err := e.Flush(ctx, at); err != nil {
 		t.Fatalf("Flush at %v: %v", at.Sub(t0), err)
 	}
 	return ok
@@ -67,7 +68,7 @@ func TestFleetFirstFailureStartsTheWatchOnce(t *testing.T) {
 	for _, bk := range st.Buckets {
 		counted += bk.Requests + bk.Samples
 	}
-	if store.reports.Load() != 1 || !st.WatchUntil.Equal(at.Add(2*breaker.DefaultWindow)) || counted != 0 {
+	if store.reports.Load() != 1 || !st.WatchUntil.Equal(at.Add(2*defaultWindow)) || counted != 0 {
 		t.Fatalf("after the first failure: %d reports, stored %+v; want one alarm that sets WatchUntil = now + 2 Windows and counts nothing", store.reports.Load(), st)
 	}
 	if got := store.loads.Load() - loads; got != 1 {
@@ -95,7 +96,11 @@ func TestFleetSamplingIsDrawnBeforeTheOutcome(t *testing.T) {
 	var n atomic.Int64
 	n.Store(-1)
 	cycle := func() float64 { return float64(n.Add(1)%4) / 4 }
-	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.Rand = cycle; s.MinRequests = 1000; s.ReportInterval = time.Millisecond })
+	a := newEnv(t, store, "a", func(s *breaker.Settings) {
+		s.Rand = cycle
+		s.MinRequests = 1000
+		knobs.BreakerReportInterval(s, time.Millisecond)
+	})
 	invoke(t, a, t0, breaker.Failure) // the alarm (no draw: the fleet was quiet)
 	for i := range 40 {
 		o := breaker.Success
@@ -180,7 +185,7 @@ func TestFleetTripsOnlyClearlyAboveTheRatio(t *testing.T) {
 		if at := runFleet(t, newFakeStore(), 50, time.Second, time.Minute, 0.3, seed); at >= 0 {
 			t.Errorf("seed %d: a fleet failing 30%% of its calls opened %v in", seed, at)
 		}
-		if at := runFleet(t, newFakeStore(), 50, time.Second, time.Minute, 0.7, seed); at < 0 || at > 2*breaker.DefaultWindow {
+		if at := runFleet(t, newFakeStore(), 50, time.Second, time.Minute, 0.7, seed); at < 0 || at > 2*defaultWindow {
 			t.Errorf("seed %d: a fleet failing 70%% of its calls opened %v in, want within 2 windows", seed, at)
 		}
 	}
@@ -238,7 +243,7 @@ func TestFleetSparseCallerGetsItsProbe(t *testing.T) {
 				mod(s)
 				s.Rand = rand.New(rand.NewPCG(uint64(gap), 3)).Float64
 			})
-			bound := t0.Add(6*time.Second + gap + breaker.DefaultCacheTTL) // OpenDuration × 1.2 + gap + CacheTTL
+			bound := t0.Add(6*time.Second + gap + defaultCacheTTL) // OpenDuration × 1.2 + gap + CacheTTL
 			for at := t0.Add(gap); ; at = at.Add(gap) {
 				if at.After(bound) {
 					t.Fatalf("no probe by %v (bound %v)", at.Sub(t0), bound.Sub(t0))
@@ -406,7 +411,7 @@ func TestFleetTripWeighsSamples(t *testing.T) {
 			}
 			store.states["partner"] = snap
 			store.mu.Unlock()
-			e := newEnv(t, store, "e", func(s *breaker.Settings) { s.ReportInterval = time.Millisecond })
+			e := newEnv(t, store, "e", func(s *breaker.Settings) { knobs.BreakerReportInterval(s, time.Millisecond) })
 			before := store.reports.Load()
 			call(t, e.Breaker, now, breaker.Failure)
 			if store.reports.Load() == before {
@@ -490,9 +495,9 @@ func TestFleetFirstWindowOfABusyEnvironment(t *testing.T) {
 			starter := newEnv(t, store, "starter", nil)
 			e := newEnv(t, store, "e", nil)
 			for i := range c.calls {
-				invoke(t, e, t0.Add(time.Duration(i)*breaker.DefaultWindow/time.Duration(c.calls)), breaker.Success)
+				invoke(t, e, t0.Add(time.Duration(i)*defaultWindow/time.Duration(c.calls)), breaker.Success)
 			}
-			at := t0.Add(breaker.DefaultWindow)
+			at := t0.Add(defaultWindow)
 			invoke(t, starter, at, breaker.Failure) // the alarm: the fleet watches
 			invoke(t, e, at.Add(time.Millisecond), breaker.Failure)
 			// e learnt of the watch by failing; Rand is 0: no delay, every

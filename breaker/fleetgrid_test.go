@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/internal/fleetsim"
 )
 
@@ -33,7 +32,7 @@ func TestFleetGrid(t *testing.T) {
 	t.Logf("shared breaker over the fleet-shape grid (global ratio + breaker, library defaults):\n%s%s",
 		fleetsim.BreakerTable(fleetsim.Groups(results)), fleetsim.GridFooter(results, time.Since(start)))
 	for _, r := range results {
-		busy := float64(r.Cell.Envs)*r.Cell.CallsPerWindow >= 2*breaker.DefaultMinRequests
+		busy := float64(r.Cell.Envs)*r.Cell.CallsPerWindow >= 2*defaultMinRequests
 		if r.Cell.FailureRatio == 1 && busy && r.OpenedAfter() == fleetsim.Never {
 			t.Errorf("%v: the fleet never opened in a total outage", r.Cell)
 		}
@@ -69,7 +68,7 @@ func TestFleetGridAcceptance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("issue 10's acceptance over the grid:\n%s%s", fleetsim.BreakerTable(fleetsim.Groups(results)), fleetsim.GridFooter(results, time.Since(start)))
-	fr := breaker.DefaultFailureRatio
+	fr := defaultFailureRatio
 	for _, r := range results {
 		c := r.Cell
 		switch {
@@ -84,7 +83,7 @@ func TestFleetGridAcceptance(t *testing.T) {
 			// opens within 3 windows (the statistical limit; see the
 			// package documentation).
 			within := 2 * r.Window
-			if float64(c.Envs)*c.CallsPerWindow < 2*float64(breaker.DefaultMinRequests) {
+			if float64(c.Envs)*c.CallsPerWindow < 2*float64(defaultMinRequests) {
 				within = 3 * r.Window
 			}
 			opened := r.OpenedAfter()
@@ -94,7 +93,7 @@ func TestFleetGridAcceptance(t *testing.T) {
 				continue
 			}
 			from := r.FailFrom + within
-			until := r.Breaker.FleetOpen + time.Duration(float64(breaker.DefaultOpenDuration)*(1-breaker.DefaultJitter))
+			until := r.Breaker.FleetOpen + time.Duration(float64(defaultOpenDuration)*(1-defaultJitter))
 			var slipped int64
 			for i, sec := range r.Seconds {
 				if at := time.Duration(i) * time.Second; at >= from && at+time.Second <= until {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 )
 
@@ -98,7 +99,7 @@ func (f *lockstepFleet) run(from, to time.Time) {
 				f.admitted = append(f.admitted, now)
 				live := 0
 				for _, a := range f.admitted {
-					if now.Sub(a) < breaker.DefaultProbeLease {
+					if now.Sub(a) < defaultProbeLease {
 						live++
 					}
 				}
@@ -138,7 +139,7 @@ func TestSharedHalfOpenIsNotInLockstep(t *testing.T) {
 				t.Fatalf("admitted %d calls and %v probes while open", f.admits, f.probes)
 			}
 			before := f.counts()
-			f.run(f.openUntil, f.openUntil.Add(breaker.DefaultCacheTTL))
+			f.run(f.openUntil, f.openUntil.Add(defaultCacheTTL))
 			d := f.counts().minus(before)
 			t.Logf("first CacheTTL past OpenUntil, %d environments: %d loads, %d transitions (%d conflicts), %d probe requests; probes per epoch %v",
 				n, d.loads, d.transitions, d.conflicts, d.acquires, f.probes)
@@ -164,7 +165,7 @@ func TestSharedHalfOpenIsNotInLockstep(t *testing.T) {
 			}
 			// The close reaches every environment within CacheTTL.
 			f.admits = 0
-			f.run(f.openUntil.Add(2*breaker.DefaultCacheTTL), f.openUntil.Add(2*breaker.DefaultCacheTTL+100*time.Millisecond))
+			f.run(f.openUntil.Add(2*defaultCacheTTL), f.openUntil.Add(2*defaultCacheTTL+100*time.Millisecond))
 			if f.admits != n {
 				t.Fatalf("%d of %d environments admit calls 2×CacheTTL after OpenUntil", f.admits, n)
 			}
@@ -189,7 +190,7 @@ func TestSharedLostProbeIsRearmedByOne(t *testing.T) {
 			f.run(f.openUntil.Add(-2*time.Second), f.openUntil)
 			before := f.counts()
 			const rounds = 3
-			period := 2*breaker.DefaultCacheTTL + breaker.DefaultProbeLease // plus each round's spread, under CacheTTL
+			period := 2*defaultCacheTTL + defaultProbeLease // plus each round's spread, under CacheTTL
 			f.run(f.openUntil, f.openUntil.Add(rounds*period+period/2))
 			d := f.counts().minus(before)
 			st := store.state("partner")
@@ -232,7 +233,7 @@ func TestSharedFleetWakingTogetherDoesNotWriteTogether(t *testing.T) {
 	f.run(f.openUntil.Add(-2*time.Second), f.openUntil.Add(-time.Second)) // every environment reads it open
 	before := f.counts()
 	wake := f.openUntil.Add(time.Minute)
-	f.run(wake, wake.Add(breaker.DefaultCacheTTL))
+	f.run(wake, wake.Add(defaultCacheTTL))
 	d := f.counts().minus(before)
 	t.Logf("%d environments waking together: %d loads, %d transitions (%d conflicts), %d probe requests", n, d.loads, d.transitions, d.conflicts, d.acquires)
 	if d.transitions > 2 || d.acquires > 1 {
@@ -297,7 +298,7 @@ func TestSharedThrottledHalfOpenAdmitsNoLocalProbes(t *testing.T) {
 			throttled.Store(false)
 			f.run(f.openUntil.Add(5*time.Second), f.openUntil.Add(20*time.Second))
 			for e, k := range f.probes {
-				if k > breaker.DefaultHalfOpenProbes {
+				if k > defaultHalfOpenProbes {
 					t.Fatalf("after healing: epoch %d had %d probes", e, k)
 				}
 			}
@@ -392,11 +393,11 @@ func TestSharedFarOpenUntilIsClamped(t *testing.T) {
 		a := newEnv(t, store, "a", jitter)
 		for _, d := range []time.Duration{0, time.Second, 2 * time.Minute} { // reading it again does not push it back
 			_, err := a.Allow(ctx, t0.Add(d))
-			if oe := mustOpenError(t, err); oe.State != breaker.Open || oe.RetryAfter != breaker.DefaultMaxOpenDuration-d {
-				t.Fatalf("at +%v: %+v, want open with RetryAfter %v", d, oe, breaker.DefaultMaxOpenDuration-d)
+			if oe := mustOpenError(t, err); oe.State != breaker.Open || oe.RetryAfter != defaultMaxOpenDuration-d {
+				t.Fatalf("at +%v: %+v, want open with RetryAfter %v", d, oe, defaultMaxOpenDuration-d)
 			}
 		}
-		at := t0.Add(breaker.DefaultMaxOpenDuration)
+		at := t0.Add(defaultMaxOpenDuration)
 		p, err := a.Allow(ctx, at)
 		if err != nil || !p.Probe() {
 			t.Fatalf("at MaxOpenDuration: %v, want a probe", err)
@@ -408,7 +409,7 @@ func TestSharedFarOpenUntilIsClamped(t *testing.T) {
 	})
 	t.Run("within bounds", func(t *testing.T) {
 		store := newFakeStore()
-		until := t0.Add(breaker.DefaultMaxOpenDuration * 6 / 5) // the longest a jittered open period at the cap lasts
+		until := t0.Add(defaultMaxOpenDuration * 6 / 5) // the longest a jittered open period at the cap lasts
 		if _, err := store.Transition(ctx, "partner", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: until}); err != nil {
 			t.Fatal(err)
 		}
@@ -421,12 +422,12 @@ func TestSharedFarOpenUntilIsClamped(t *testing.T) {
 }
 
 func TestMaxHalfOpenProbesIsTheStoreSlotCount(t *testing.T) {
-	// package dynamo keeps 64 probe slots per breaker (dynamo.MaxProbeSlots).
+	// package dynamo keeps 64 probe slots per breaker (one item each).
 	if _, err := breaker.New("p", breaker.Settings{HalfOpenProbes: 64}); err != nil {
 		t.Fatalf("HalfOpenProbes 64: %v", err)
 	}
-	var se *breaker.SettingsError
-	if _, err := breaker.New("p", breaker.Settings{HalfOpenProbes: 65}); !errors.As(err, &se) || se.Field != "HalfOpenProbes" {
-		t.Fatalf("HalfOpenProbes 65: %v, want a SettingsError naming HalfOpenProbes", err)
+	var se *herdguard.ConfigError
+	if _, err := breaker.New("p", breaker.Settings{HalfOpenProbes: 65}); !errors.As(err, &se) || se.Field != "breaker.Settings.HalfOpenProbes" {
+		t.Fatalf("HalfOpenProbes 65: %v, want a ConfigError naming breaker.Settings.HalfOpenProbes", err)
 	}
 }

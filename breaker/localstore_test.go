@@ -94,7 +94,7 @@ func TestLocalStoreLostProbeLeaseLapses(t *testing.T) {
 	// The epoch's probes are leased during its first 2 × CacheTTL, for
 	// ProbeLease: once every lease has lapsed, the next environment moves
 	// the fleet to a new half-open epoch and probes.
-	rearm := at.Add(2*breaker.DefaultCacheTTL + 3*time.Second)
+	rearm := at.Add(2*defaultCacheTTL + 3*time.Second)
 	for _, d := range []time.Duration{time.Second, 3*time.Second + time.Millisecond, rearm.Sub(at) - time.Millisecond} {
 		_, err := b.Allow(ctx, at.Add(d))
 		mustOpenError(t, err)

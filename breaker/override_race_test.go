@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/knobs"
 	"github.com/herdguard/herdguard/local"
 )
 
@@ -34,8 +35,9 @@ func TestSharedReportAnswerKeepsTheOverride(t *testing.T) {
 	if _, err := st.Report(ctx, "p", breaker.Report{Bucket: t0.Unix(), WatchUntil: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := breaker.New("p", breaker.Settings{Store: st, CacheTTL: time.Second, ReportInterval: 100 * time.Millisecond, StoreTimeout: time.Minute,
-		Rand: func() float64 { return 0 }})
+	s := breaker.Settings{Store: st, CacheTTL: time.Second, StoreTimeout: time.Minute, Rand: func() float64 { return 0 }}
+	knobs.BreakerReportInterval(&s, 100*time.Millisecond)
+	b, err := breaker.New("p", s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/internal/knobs"
 	"github.com/herdguard/herdguard/local"
 )
 
@@ -169,7 +170,7 @@ func cycleFleet(t *testing.T, store *swapStore, e env) time.Time {
 func resetSettings(s *breaker.Settings) {
 	s.MinRequests = 2
 	s.OpenDuration = time.Second
-	s.ReportInterval = time.Millisecond
+	knobs.BreakerReportInterval(s, time.Millisecond)
 }
 
 // TestSharedStateLostIsFollowed: the state item is lost (the store went
@@ -465,7 +466,7 @@ func TestSharedLostReportAnswerIsNotCountedTwice(t *testing.T) {
 	settings := func(s *breaker.Settings) {
 		s.MinRequests = 1000
 		s.CacheTTL = 100 * time.Millisecond
-		s.ReportInterval = time.Millisecond
+		knobs.BreakerReportInterval(s, time.Millisecond)
 	}
 	// watching: a failure starts the fleet's watch (the alarm, a report
 	// with no counts), so that what follows is sampled.
@@ -500,7 +501,7 @@ func TestSharedLostReportAnswerIsNotCountedTwice(t *testing.T) {
 			at := t0.Add(200 * time.Millisecond) // the store is read again: back in the fleet
 			calls(t, a.Breaker, at, breaker.Success, 5)
 			calls(t, a.Breaker, at.Add(time.Millisecond), breaker.Failure, 1)
-			if err := a.Flush(ctx); err != nil {
+			if err := a.Flush(ctx, at.Add(time.Millisecond)); err != nil {
 				t.Fatal(err)
 			}
 			// Every call was sampled (Rand is 0) and counts for

@@ -4,88 +4,63 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/herdguard/herdguard"
+	"github.com/herdguard/herdguard/internal/knobs"
 )
 
 // Defaults applied by New to the zero fields of Settings.
 const (
-	// DefaultFailureRatio is the failure ratio that trips a closed breaker.
-	DefaultFailureRatio = 0.5
-	// DefaultMinRequests is the minimum number of counted calls (successes
-	// plus failures) in the window before the failure ratio can trip.
-	DefaultMinRequests = 20
-	// DefaultWindow is the length of the rolling window the ratio is
-	// computed over (and of a fleet window in shared mode).
-	DefaultWindow = 10 * time.Second
-	// DefaultWindowSlots is the number of slots the rolling window is
-	// divided into; the window rolls one slot at a time.
-	DefaultWindowSlots = 10
-	// DefaultOpenDuration is how long the breaker stays open after its
-	// first trip.
-	DefaultOpenDuration = 30 * time.Second
-	// DefaultMaxOpenDuration caps the open duration as it doubles on
-	// every re-open.
-	DefaultMaxOpenDuration = 5 * time.Minute
-	// DefaultJitter spreads every open duration uniformly over ±20%.
-	DefaultJitter = 0.2
-	// DefaultHalfOpenProbes is the number of probes a half-open breaker
-	// lets through at the same time.
-	DefaultHalfOpenProbes = 1
-	// DefaultProbeLease is how long a probe holds its slot before the slot
-	// is considered lost and given to another probe.
-	DefaultProbeLease = 10 * time.Second
-	// DefaultCacheTTL is how long a shared breaker trusts the fleet state
-	// it last read from its Store.
-	DefaultCacheTTL = time.Second
-	// DefaultStoreTimeout bounds every Store call.
-	DefaultStoreTimeout = 50 * time.Millisecond
-	// DefaultReportInterval is the shortest time between two reports of
-	// one environment's counts to the Store.
-	DefaultReportInterval = time.Second
+	defaultFailureRatio    = 0.5
+	defaultMinRequests     = 20
+	defaultWindow          = 10 * time.Second
+	windowSlots            = 10 // the rolling window rolls a tenth at a time
+	defaultOpenDuration    = 30 * time.Second
+	defaultMaxOpenDuration = 5 * time.Minute
+	defaultJitter          = 0.2
+	noJitter               = -1.0
+	defaultHalfOpenProbes  = 1
+	defaultProbeLease      = 10 * time.Second
+	defaultCacheTTL        = time.Second
+	defaultStoreTimeout    = 50 * time.Millisecond
+	defaultReportInterval  = time.Second
 )
-
-// NoJitter, as Settings.Jitter, turns jitter off: every open duration is
-// exactly OpenDuration × 2^reopens (capped). Meant for tests; any negative
-// value does the same.
-const NoJitter = -1.0
 
 // Limits on Settings.
 const (
-	// MaxWindowSlots bounds Settings.WindowSlots.
-	MaxWindowSlots = 1000
-	// MaxHalfOpenProbes bounds Settings.HalfOpenProbes. It is the number
-	// of probe slots package dynamo's Store keeps per breaker
-	// (dynamo.MaxProbeSlots, one item each, every one of them written by a
-	// refused AcquireProbe): a larger limit would make every AcquireProbe
-	// fail there.
-	MaxHalfOpenProbes = 64
+	// maxHalfOpenProbes bounds Settings.HalfOpenProbes. It is the number
+	// of probe slots package dynamo's Store keeps per breaker (one item
+	// each, every one of them written by a refused AcquireProbe): a larger
+	// limit would make every AcquireProbe fail there.
+	maxHalfOpenProbes = 64
 	// openGrowth is the factor the open duration grows by on every re-open.
 	openGrowth = 2
 )
 
+func init() {
+	knobs.BreakerReportInterval = func(s any, d time.Duration) { s.(*Settings).reportInterval = d }
+}
+
 // Settings configures a Breaker. The zero value of every field means its
-// default (the Default* constants); negative durations and counts are
-// errors. New validates Settings and names the offending field in its
-// error, a *SettingsError.
+// default; negative durations and counts are errors. New validates
+// Settings and names the offending field in its error, a
+// *herdguard.ConfigError.
 type Settings struct {
 	// FailureRatio trips a closed breaker when failures / (successes +
 	// failures) in the rolling window reaches it, provided the window holds
-	// at least MinRequests such calls. In (0, 1]; 0 means
-	// DefaultFailureRatio.
+	// at least MinRequests such calls. In (0, 1]; 0 means 0.5.
 	FailureRatio float64
 
 	// MinRequests is the minimum throughput (successes + failures in the
-	// window) below which the failure ratio never trips. 0 means
-	// DefaultMinRequests.
+	// window) below which the failure ratio never trips. 0 means 20.
 	MinRequests int64
 
-	// Window is the length of the rolling window (DefaultWindow if 0). It
-	// rolls in WindowSlots steps (DefaultWindowSlots if 0, at most
-	// MaxWindowSlots). Window must be at least a millisecond. With a Store,
-	// Window is also the length of the fleet's rolling window, kept in the
-	// Store as FleetSlots buckets aligned to the Unix epoch; it must then
-	// be a whole multiple of FleetSlots milliseconds.
-	Window      time.Duration
-	WindowSlots int
+	// Window is the length of the rolling window (10 s if 0), which rolls
+	// a tenth at a time. Window must be at least a millisecond. With a
+	// Store, Window is also the length of the fleet's rolling window, kept
+	// in the Store as FleetSlots buckets aligned to the Unix epoch; it must
+	// then be a whole multiple of FleetSlots milliseconds.
+	Window time.Duration
 
 	// ConsecutiveFailures, if positive, also trips a closed breaker after
 	// that many failures in a row, whatever the ratio. 0 turns it off. It
@@ -95,18 +70,16 @@ type Settings struct {
 	// a fleet.
 	ConsecutiveFailures int64
 
-	// OpenDuration is how long the breaker stays open after a trip
-	// (DefaultOpenDuration if 0). Each re-open (a failed half-open probe)
-	// doubles it, up to MaxOpenDuration (DefaultMaxOpenDuration, or
-	// OpenDuration if that is larger, when 0). The cap applies before
+	// OpenDuration is how long the breaker stays open after a trip (30 s
+	// if 0). Each re-open (a failed half-open probe) doubles it, up to
+	// MaxOpenDuration (5 min, or OpenDuration if that is larger, when 0). The cap applies before
 	// jitter, so an open period at the cap lies within ±Jitter of it.
 	OpenDuration    time.Duration
 	MaxOpenDuration time.Duration
 
 	// Jitter spreads every open duration uniformly over ±Jitter of its
 	// nominal value, so that a fleet does not probe in lockstep. 0 means
-	// DefaultJitter; a negative value (NoJitter) turns jitter off; it must
-	// be below 1.
+	// 0.2 (±20%); a negative value turns jitter off; it must be below 1.
 	Jitter float64
 
 	// Rand returns uniformly distributed numbers in [0, 1) for the jitter
@@ -120,15 +93,13 @@ type Settings struct {
 	Rand func() float64
 
 	// HalfOpenProbes is the number of calls a half-open breaker lets
-	// through at the same time (DefaultHalfOpenProbes if 0, at most
-	// MaxHalfOpenProbes). In shared mode the limit is fleet-wide, and the
+	// through at the same time (1 if 0, at most 64). In shared mode the limit is fleet-wide, and the
 	// probes are the calls of the environment that moved the fleet to
 	// half-open. A successful probe closes the breaker; a failed one opens
 	// it again with a doubled open duration.
 	HalfOpenProbes int
 
-	// ProbeLease is how long a probe holds its slot (DefaultProbeLease if
-	// 0). A probe whose Done never comes, for instance because its
+	// ProbeLease is how long a probe holds its slot (10 s if 0). A probe whose Done never comes, for instance because its
 	// execution environment was frozen or discarded, frees its slot when
 	// the lease lapses, so a lost probe cannot wedge the breaker.
 	ProbeLease time.Duration
@@ -165,8 +136,8 @@ type Settings struct {
 	Store Store
 
 	// CacheTTL is how long the fleet state read from the Store is trusted
-	// while the fleet is counting failures, open or half-open
-	// (DefaultCacheTTL if 0); while it is closed and quiet (no failure
+	// while the fleet is counting failures, open or half-open (1 s if 0);
+	// while it is closed and quiet (no failure
 	// anywhere for two Windows), ten times as long. A breaker calls
 	// Store.Load at most once per such period, plus once when a failure
 	// finds the fleet quiet, plus once before each move of the fleet it may
@@ -175,15 +146,10 @@ type Settings struct {
 	// fleet.
 	CacheTTL time.Duration
 
-	// StoreTimeout bounds every Store call (DefaultStoreTimeout if 0). Each
+	// StoreTimeout bounds every Store call (50 ms if 0). Each
 	// call runs under context.WithTimeout(ctx, StoreTimeout), so it ends by
 	// the caller's deadline too.
 	StoreTimeout time.Duration
-
-	// ReportInterval is the shortest time between two reports of this
-	// environment's sampled counts (DefaultReportInterval if 0), Flush
-	// included.
-	ReportInterval time.Duration
 
 	// OnStoreError, if not nil, is called (without the breaker's lock held)
 	// with every Store fault, op being "load", "report", "transition" or
@@ -195,56 +161,42 @@ type Settings struct {
 	// fleet state, rejecting, and tries again later. See the package
 	// documentation.
 	OnStoreError func(op string, err error)
-}
 
-// SettingsError is a Settings field New rejected.
-type SettingsError struct {
-	// Field is the name of the Settings field, e.g. "FailureRatio".
-	Field string
-	// Reason says what is wrong with it.
-	Reason string
-}
-
-// Error names the field and the reason.
-func (e *SettingsError) Error() string {
-	return "herdguard: breaker Settings." + e.Field + " " + e.Reason
+	// reportInterval is the shortest time between two reports of this
+	// environment's sampled counts, Flush included: 1 s (0), or what
+	// tests set through internal/knobs.
+	reportInterval time.Duration
 }
 
 func settingsErr(field, format string, args ...any) error {
-	return &SettingsError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	return &herdguard.ConfigError{Field: "breaker.Settings." + field, Reason: fmt.Sprintf(format, args...)}
 }
 
 // resolve validates s and returns it with every default filled in.
 func (s Settings) resolve() (Settings, error) {
 	switch {
 	case math.IsNaN(s.FailureRatio) || s.FailureRatio < 0 || s.FailureRatio > 1:
-		return s, settingsErr("FailureRatio", "is %v; want a ratio in (0, 1] (0 for the default %v)", s.FailureRatio, DefaultFailureRatio)
+		return s, settingsErr("FailureRatio", "is %v; want a ratio in (0, 1] (0 for the default %v)", s.FailureRatio, defaultFailureRatio)
 	case s.FailureRatio == 0:
-		s.FailureRatio = DefaultFailureRatio
+		s.FailureRatio = defaultFailureRatio
 	}
 
 	switch {
 	case s.MinRequests < 0:
-		return s, settingsErr("MinRequests", "is %d; want at least 0 (0 for the default %d)", s.MinRequests, DefaultMinRequests)
+		return s, settingsErr("MinRequests", "is %d; want at least 0 (0 for the default %d)", s.MinRequests, defaultMinRequests)
 	case s.MinRequests == 0:
-		s.MinRequests = DefaultMinRequests
+		s.MinRequests = defaultMinRequests
 	}
 
 	switch {
 	case s.Window < 0:
-		return s, settingsErr("Window", "is %v; want a positive duration (0 for the default %v)", s.Window, DefaultWindow)
+		return s, settingsErr("Window", "is %v; want a positive duration (0 for the default %v)", s.Window, defaultWindow)
 	case s.Window == 0:
-		s.Window = DefaultWindow
+		s.Window = defaultWindow
 	case s.Window < time.Millisecond:
 		return s, settingsErr("Window", "is %v; want at least 1ms", s.Window)
 	}
 
-	switch {
-	case s.WindowSlots < 0 || s.WindowSlots > MaxWindowSlots:
-		return s, settingsErr("WindowSlots", "is %d; want 1 to %d (0 for the default %d)", s.WindowSlots, MaxWindowSlots, DefaultWindowSlots)
-	case s.WindowSlots == 0:
-		s.WindowSlots = DefaultWindowSlots
-	}
 	if s.Store != nil {
 		if s.Window%time.Millisecond != 0 {
 			return s, settingsErr("Window", "is %v; with a Store it must be a whole number of milliseconds (fleet buckets are numbered in Unix milliseconds)", s.Window)
@@ -264,50 +216,50 @@ func (s Settings) resolve() (Settings, error) {
 
 	switch {
 	case s.OpenDuration < 0:
-		return s, settingsErr("OpenDuration", "is %v; want a positive duration (0 for the default %v)", s.OpenDuration, DefaultOpenDuration)
+		return s, settingsErr("OpenDuration", "is %v; want a positive duration (0 for the default %v)", s.OpenDuration, defaultOpenDuration)
 	case s.OpenDuration == 0:
-		s.OpenDuration = DefaultOpenDuration
+		s.OpenDuration = defaultOpenDuration
 	}
 	switch {
 	case s.MaxOpenDuration < 0:
-		return s, settingsErr("MaxOpenDuration", "is %v; want a positive duration (0 for the default %v)", s.MaxOpenDuration, DefaultMaxOpenDuration)
+		return s, settingsErr("MaxOpenDuration", "is %v; want a positive duration (0 for the default %v)", s.MaxOpenDuration, defaultMaxOpenDuration)
 	case s.MaxOpenDuration == 0:
-		s.MaxOpenDuration = max(DefaultMaxOpenDuration, s.OpenDuration)
+		s.MaxOpenDuration = max(defaultMaxOpenDuration, s.OpenDuration)
 	case s.MaxOpenDuration < s.OpenDuration:
 		return s, settingsErr("MaxOpenDuration", "is %v, below OpenDuration (%v)", s.MaxOpenDuration, s.OpenDuration)
 	}
 
 	switch {
 	case math.IsNaN(s.Jitter) || s.Jitter >= 1:
-		return s, settingsErr("Jitter", "is %v; want a fraction below 1 (0 for the default %v, negative for none)", s.Jitter, DefaultJitter)
+		return s, settingsErr("Jitter", "is %v; want a fraction below 1 (0 for the default %v, negative for none)", s.Jitter, defaultJitter)
 	case s.Jitter == 0:
-		s.Jitter = DefaultJitter
+		s.Jitter = defaultJitter
 	case s.Jitter < 0:
-		s.Jitter = NoJitter
+		s.Jitter = noJitter
 	}
 
 	switch {
-	case s.HalfOpenProbes < 0 || s.HalfOpenProbes > MaxHalfOpenProbes:
-		return s, settingsErr("HalfOpenProbes", "is %d; want 1 to %d (0 for the default %d)", s.HalfOpenProbes, MaxHalfOpenProbes, DefaultHalfOpenProbes)
+	case s.HalfOpenProbes < 0 || s.HalfOpenProbes > maxHalfOpenProbes:
+		return s, settingsErr("HalfOpenProbes", "is %d; want 1 to %d (0 for the default %d)", s.HalfOpenProbes, maxHalfOpenProbes, defaultHalfOpenProbes)
 	case s.HalfOpenProbes == 0:
-		s.HalfOpenProbes = DefaultHalfOpenProbes
+		s.HalfOpenProbes = defaultHalfOpenProbes
 	}
 
 	var err error
-	if s.ProbeLease, err = durationOrDefault("ProbeLease", s.ProbeLease, DefaultProbeLease); err != nil {
+	if s.ProbeLease, err = durationOrDefault("ProbeLease", s.ProbeLease, defaultProbeLease); err != nil {
 		return s, err
 	}
 	if s.SlowCallThreshold < 0 {
 		return s, settingsErr("SlowCallThreshold", "is %v; want at least 0 (0 turns it off)", s.SlowCallThreshold)
 	}
-	if s.CacheTTL, err = durationOrDefault("CacheTTL", s.CacheTTL, DefaultCacheTTL); err != nil {
+	if s.CacheTTL, err = durationOrDefault("CacheTTL", s.CacheTTL, defaultCacheTTL); err != nil {
 		return s, err
 	}
-	if s.StoreTimeout, err = durationOrDefault("StoreTimeout", s.StoreTimeout, DefaultStoreTimeout); err != nil {
+	if s.StoreTimeout, err = durationOrDefault("StoreTimeout", s.StoreTimeout, defaultStoreTimeout); err != nil {
 		return s, err
 	}
-	if s.ReportInterval, err = durationOrDefault("ReportInterval", s.ReportInterval, DefaultReportInterval); err != nil {
-		return s, err
+	if s.reportInterval <= 0 {
+		s.reportInterval = defaultReportInterval
 	}
 
 	return s, nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 )
 
@@ -25,11 +26,8 @@ func TestSettingsValidation(t *testing.T) {
 		{"min requests negative", breaker.Settings{MinRequests: -1}, "MinRequests"},
 		{"window negative", breaker.Settings{Window: -time.Second}, "Window"},
 		{"window below 1ms", breaker.Settings{Window: time.Microsecond}, "Window"},
-		{"slots negative", breaker.Settings{WindowSlots: -1}, "WindowSlots"},
-		{"slots too many", breaker.Settings{WindowSlots: breaker.MaxWindowSlots + 1}, "WindowSlots"},
-		{"odd slots in memory", breaker.Settings{Window: 10 * time.Second, WindowSlots: 3}, ""},
-		{"odd slots shared", breaker.Settings{Window: 10 * time.Second, WindowSlots: 3, Store: store}, ""},
-		{"sub-ms window shared", breaker.Settings{Window: 1500 * time.Microsecond, WindowSlots: 3, Store: store}, "Window"},
+		{"window not a multiple of its slots in memory", breaker.Settings{Window: 10*time.Second + 3*time.Nanosecond}, ""},
+		{"sub-ms window shared", breaker.Settings{Window: 1500 * time.Microsecond, Store: store}, "Window"},
 		{"consecutive negative", breaker.Settings{ConsecutiveFailures: -2}, "ConsecutiveFailures"},
 		{"open duration negative", breaker.Settings{OpenDuration: -1}, "OpenDuration"},
 		{"max open negative", breaker.Settings{MaxOpenDuration: -1}, "MaxOpenDuration"},
@@ -37,15 +35,14 @@ func TestSettingsValidation(t *testing.T) {
 		{"open above default max", breaker.Settings{OpenDuration: time.Hour}, ""},
 		{"jitter 1", breaker.Settings{Jitter: 1}, "Jitter"},
 		{"jitter NaN", breaker.Settings{Jitter: math.NaN()}, "Jitter"},
-		{"no jitter", breaker.Settings{Jitter: breaker.NoJitter}, ""},
+		{"no jitter", breaker.Settings{Jitter: -1}, ""},
 		{"jitter -inf", breaker.Settings{Jitter: math.Inf(-1)}, ""},
 		{"probes negative", breaker.Settings{HalfOpenProbes: -1}, "HalfOpenProbes"},
-		{"probes too many", breaker.Settings{HalfOpenProbes: breaker.MaxHalfOpenProbes + 1}, "HalfOpenProbes"},
+		{"probes too many", breaker.Settings{HalfOpenProbes: 65}, "HalfOpenProbes"},
 		{"lease negative", breaker.Settings{ProbeLease: -1}, "ProbeLease"},
 		{"slow negative", breaker.Settings{SlowCallThreshold: -1}, "SlowCallThreshold"},
 		{"cache negative", breaker.Settings{CacheTTL: -1}, "CacheTTL"},
 		{"timeout negative", breaker.Settings{StoreTimeout: -1}, "StoreTimeout"},
-		{"report interval negative", breaker.Settings{ReportInterval: -1}, "ReportInterval"},
 		{"window not a multiple of 10 ms shared", breaker.Settings{Window: 1005 * time.Millisecond, Store: store}, "Window"},
 	}
 	for _, c := range cases {
@@ -57,15 +54,15 @@ func TestSettingsValidation(t *testing.T) {
 				}
 				return
 			}
-			var se *breaker.SettingsError
+			var se *herdguard.ConfigError
 			if !errors.As(err, &se) || b != nil {
-				t.Fatalf("New = %v, %v; want a *SettingsError", b, err)
+				t.Fatalf("New = %v, %v; want a *herdguard.ConfigError", b, err)
 			}
-			if se.Field != c.field {
-				t.Fatalf("error names field %q, want %q (%v)", se.Field, c.field, err)
+			if se.Field != "breaker.Settings."+c.field {
+				t.Fatalf("error names field %q, want breaker.Settings.%q (%v)", se.Field, c.field, err)
 			}
-			if !strings.Contains(err.Error(), "Settings."+c.field) {
-				t.Fatalf("error %q does not name Settings.%s", err, c.field)
+			if !strings.HasPrefix(err.Error(), "herdguard: breaker.Settings."+c.field+" ") {
+				t.Fatalf("error %q does not start with herdguard: breaker.Settings.%s", err, c.field)
 			}
 		})
 	}
@@ -82,11 +79,11 @@ func TestNameValidation(t *testing.T) {
 func TestDefaultsApply(t *testing.T) {
 	// Observable defaults: 50% of at least 20 calls trips; open for 30 s
 	// (NoJitter); one probe; the open duration caps at 5 min.
-	b := newBreaker(t, breaker.Settings{Jitter: breaker.NoJitter})
+	b := newBreaker(t, breaker.Settings{Jitter: -1})
 	calls(t, b, t0, breaker.Success, 10)
 	calls(t, b, t0, breaker.Failure, 10)
 	_, err := b.Allow(ctx, t0)
-	if oe := mustOpenError(t, err); oe.RetryAfter != breaker.DefaultOpenDuration {
+	if oe := mustOpenError(t, err); oe.RetryAfter != defaultOpenDuration {
 		t.Fatalf("RetryAfter = %v", oe.RetryAfter)
 	}
 }
@@ -102,6 +99,7 @@ func FuzzSettings(f *testing.F) {
 	f.Add(0.3, int64(3), int64(999999), 3, int64(0), int64(1), int64(0), 0.99, 3, int64(0), int64(0), int64(0), int64(0), 0, int64(0), "", true)
 	f.Fuzz(func(t *testing.T, ratio float64, minReq, window int64, slots int, consec, open, maxOpen int64, jitter float64,
 		probes int, lease, slow, ttl, timeout int64, _ int, interval int64, _ string, shared bool) {
+		_, _ = slots, interval // WindowSlots and ReportInterval left Settings (fixed at 10 and 1 s)
 		// (The two unnamed arguments were MinReporters and Env, settings
 		// that went with the fleet windows: kept so that the corpus stays
 		// valid.)
@@ -109,7 +107,6 @@ func FuzzSettings(f *testing.F) {
 			FailureRatio:        ratio,
 			MinRequests:         minReq,
 			Window:              time.Duration(window),
-			WindowSlots:         slots,
 			ConsecutiveFailures: consec,
 			OpenDuration:        time.Duration(open),
 			MaxOpenDuration:     time.Duration(maxOpen),
@@ -120,16 +117,15 @@ func FuzzSettings(f *testing.F) {
 			SlowCallThreshold:   time.Duration(slow),
 			CacheTTL:            time.Duration(ttl),
 			StoreTimeout:        time.Duration(timeout),
-			ReportInterval:      time.Duration(interval),
 		}
 		if shared {
 			s.Store = newFakeStore()
 		}
 		b, err := breaker.New("fuzz", s)
 		if err != nil {
-			var se *breaker.SettingsError
-			if b != nil || !errors.As(err, &se) || se.Field == "" {
-				t.Fatalf("New = %v, %v: want nil and a *SettingsError naming a field", b, err)
+			var se *herdguard.ConfigError
+			if b != nil || !errors.As(err, &se) || !strings.HasPrefix(se.Field, "breaker.Settings.") {
+				t.Fatalf("New = %v, %v: want nil and a *herdguard.ConfigError naming a field", b, err)
 			}
 			return
 		}
@@ -151,7 +147,7 @@ func FuzzSettings(f *testing.F) {
 			}
 			b.Done(ctx, now, p, o)
 			if i%50 == 0 {
-				if err := b.Flush(ctx); err != nil && !errors.Is(err, breaker.ErrStore) {
+				if err := b.Flush(ctx, now); err != nil && !errors.Is(err, breaker.ErrStore) {
 					t.Fatalf("Flush: %v, want nil or an ErrStore (a 1ns StoreTimeout is valid)", err)
 				}
 			}

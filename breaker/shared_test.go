@@ -60,7 +60,7 @@ func newEnv(t testing.TB, store breaker.Store, id string, mod func(*breaker.Sett
 	e := env{rec: &recorder{}, errs: &storeErrors{}}
 	s := breaker.Settings{
 		Store:         store,
-		Jitter:        breaker.NoJitter,
+		Jitter:        -1,
 		Rand:          func() float64 { return 0 },
 		StoreTimeout:  10 * time.Second,
 		OnStateChange: e.rec.hook,
@@ -74,12 +74,10 @@ func newEnv(t testing.TB, store breaker.Store, id string, mod func(*breaker.Sett
 }
 
 // flushAt is a Lambda handler's Flush at the end of an invocation at `at`:
-// State (which calls no Store) moves the breaker's clock to `at`, and
-// Flush reports what is due then.
+// it reports what is due then.
 func flushAt(t testing.TB, b *breaker.Breaker, at time.Time) {
 	t.Helper()
-	_ = b.State(at)
-	if err := b.Flush(ctx); err != nil {
+	if err := b.Flush(ctx, at); err != nil {
 		t.Fatalf("Flush at %v: %v", at, err)
 	}
 }
@@ -104,7 +102,7 @@ func tripFleet(t *testing.T, store breaker.Store, at time.Time, mod func(*breake
 	t.Helper()
 	a := newEnv(t, store, "a", mod)
 	b := newEnv(t, store, "b", mod)
-	before := at.Add(-breaker.DefaultReportInterval)
+	before := at.Add(-defaultReportInterval)
 	calls(t, a.Breaker, before.Add(-time.Second), breaker.Success, 1)
 	watching(t, b, before)
 	calls(t, b.Breaker, before, breaker.Failure, 20)
@@ -192,7 +190,7 @@ func TestSharedLostProbeIsReplacedWhenItsLeaseLapses(t *testing.T) {
 	// ProbeLease) has lapsed, b moves the fleet to a new half-open epoch
 	// and probes.
 	acq := store.acquires.Load()
-	rearm := at.Add(2*breaker.DefaultCacheTTL + breaker.DefaultProbeLease)
+	rearm := at.Add(2*defaultCacheTTL + defaultProbeLease)
 	for _, d := range []time.Duration{0, 5 * time.Second, 9 * time.Second, 10*time.Second + time.Millisecond, rearm.Sub(at) - time.Millisecond} {
 		_, err := b.Allow(ctx, at.Add(d))
 		if oe := mustOpenError(t, err); oe.State != breaker.HalfOpen {
@@ -333,7 +331,7 @@ func TestSharedHealthyPathCost(t *testing.T) {
 	if got := store.writes(); got != 0 {
 		t.Fatalf("writes = %d, want 0", got)
 	}
-	if err := envs[0].Flush(ctx); err != nil || store.writes() != 0 {
+	if err := envs[0].Flush(ctx, t0.Add(10*time.Second)); err != nil || store.writes() != 0 {
 		t.Fatalf("Flush with nothing pending: %v, writes %d", err, store.writes())
 	}
 }
@@ -538,7 +536,7 @@ func TestSharedMalformedOrPanickingStore(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	wantState(t, b.Breaker, t0, breaker.Open)
-	if err := b.Flush(ctx); err != nil {
+	if err := b.Flush(ctx, t0.Add(time.Minute)); err != nil {
 		t.Fatalf("Flush while degraded: %v, want nil (nothing is reported)", err)
 	}
 }
@@ -562,9 +560,9 @@ func TestSharedOverrides(t *testing.T) {
 	if err := store.SetOverride(ctx, "partner", breaker.ForcedOpen, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	a.ForceClose()
+	a.Override(breaker.ForcedClosed)
 	if !call(t, a.Breaker, t0.Add(20*time.Second), breaker.Success) {
-		t.Fatal("local ForceClose did not beat the fleet's force-open")
+		t.Fatal("a local ForcedClosed did not beat the fleet's force-open")
 	}
 	a.Reset()
 	_, err = a.Allow(ctx, t0.Add(20*time.Second))
@@ -612,7 +610,7 @@ func TestSharedOverrides(t *testing.T) {
 func TestSharedLocalOverrideMakesNoStoreCalls(t *testing.T) {
 	store := newFakeStore()
 	a := newEnv(t, store, "a", nil)
-	a.ForceOpen()
+	a.Override(breaker.ForcedOpen)
 	for i := range 100 {
 		_, err := a.Allow(ctx, t0.Add(time.Duration(i)*time.Second))
 		mustOpenError(t, err)
@@ -625,7 +623,7 @@ func TestSharedLocalOverrideMakesNoStoreCalls(t *testing.T) {
 func TestFlushWithoutStore(t *testing.T) {
 	b := newBreaker(t, breaker.Settings{})
 	calls(t, b, t0, breaker.Failure, 5)
-	if err := b.Flush(ctx); err != nil {
+	if err := b.Flush(ctx, t0.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -637,7 +635,7 @@ func TestSharedFlushTrips(t *testing.T) {
 	if st := store.state("partner"); st.State != breaker.Closed {
 		t.Fatalf("tripped before Flush: %+v", st)
 	}
-	if err := a.Flush(ctx); err != nil { // at once: not due
+	if err := a.Flush(ctx, t0); err != nil { // at once: not due
 		t.Fatal(err)
 	}
 	if st, n := store.state("partner"), store.reports.Load(); st.State != breaker.Closed || n != 1 {
@@ -679,7 +677,7 @@ func TestSharedConcurrentFleet(t *testing.T) {
 		elapsed := time.Duration(n) * step
 		now := t0.Add(elapsed)
 		down := elapsed >= outageStart && elapsed < outageEnd
-		known := firstOpen > 0 && elapsed >= firstOpen+breaker.DefaultCacheTTL+step
+		known := firstOpen > 0 && elapsed >= firstOpen+defaultCacheTTL+step
 		var wg sync.WaitGroup
 		for _, e := range fleet {
 			for range workers {
@@ -785,7 +783,7 @@ func TestSharedOwnProbeInFlightHint(t *testing.T) {
 	}
 	acquires := store.acquires.Load()
 	_, err := a.Allow(ctx, at)
-	if oe := mustOpenError(t, err); oe.State != breaker.HalfOpen || oe.RetryAfter != breaker.DefaultCacheTTL {
+	if oe := mustOpenError(t, err); oe.State != breaker.HalfOpen || oe.RetryAfter != defaultCacheTTL {
 		t.Fatalf("%+v, want half-open with RetryAfter CacheTTL", oe)
 	}
 	if store.acquires.Load() != acquires {
@@ -796,7 +794,7 @@ func TestSharedOwnProbeInFlightHint(t *testing.T) {
 func TestSharedResetReloads(t *testing.T) {
 	store := newFakeStore()
 	a, _ := tripFleet(t, store, t0, nil)
-	a.ForceClose()
+	a.Override(breaker.ForcedClosed)
 	loads := store.loads.Load()
 	a.Reset()
 	_, err := a.Allow(ctx, t0.Add(100*time.Millisecond))

@@ -93,21 +93,6 @@ func (o Override) String() string {
 	}
 }
 
-// ParseOverride is the inverse of Override.String.
-func ParseOverride(s string) (Override, error) {
-	switch s {
-	case "none", "":
-		return NoOverride, nil
-	case "force-open":
-		return ForcedOpen, nil
-	case "force-closed":
-		return ForcedClosed, nil
-	case "disabled":
-		return Disabled, nil
-	}
-	return NoOverride, fmt.Errorf("herdguard: unknown breaker override %q (want none, force-open, force-closed or disabled)", s)
-}
-
 // Counts are the outcomes a breaker has seen in its current window.
 type Counts struct {
 	Requests             int64 // calls admitted (successes + failures + excluded + in flight)
@@ -175,7 +160,7 @@ type Origin int8
 const (
 	// OriginLocal: this process's own state machine or override decided
 	// (a breaker without a Store, one running on its local state machine
-	// after a Store fault, ForceOpen/ForceClose/Disable/Reset).
+	// after a Store fault, Override, Reset).
 	OriginLocal Origin = iota
 	// OriginWrote: this environment wrote the fleet's transition. Each
 	// fleet transition has exactly one such event across the fleet: count

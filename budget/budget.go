@@ -99,92 +99,73 @@ type Budget interface {
 	AcquireRetry(ctx context.Context, now time.Time, kind Kind) (Release, error)
 }
 
-// Flusher is implemented by budgets that keep counts in memory and report
-// them to a remote store in batches. Flush reports what is pending; a Lambda
-// handler calls it before returning, because the execution environment may
-// be frozen or discarded afterwards.
-type Flusher interface {
-	Flush(ctx context.Context) error
-}
-
 var (
 	// ErrExhausted is the sentinel for a refused retry. Every refusal, from
 	// any layer, satisfies errors.Is(err, ErrExhausted).
 	ErrExhausted = errors.New("herdguard: retry budget exhausted")
 
 	// ErrUnavailable means a budget could not reach its store (timeout,
-	// throttling, malformed data). It is not a refusal: the composition
+	// throttling, malformed data). It is not a refusal: the retry.Executor
 	// treats that layer as abstaining, and the executor reports the fault.
 	ErrUnavailable = errors.New("herdguard: retry budget unavailable")
 )
 
-// ExhaustedError is a refused retry. Backends return it from AcquireRetry
-// with Budget and RetryAfter set; the retry loop fills in Attempts and Err
-// (the partner's last error) before returning it to its caller, so that
+// ExhaustedError is a refused retry, as a budget's AcquireRetry returns
+// it. The retry.Executor returns it to its caller as the Cause of a
+// *retry.GiveUpError (Reason BudgetExhausted), which also carries the
+// partner's last error and the number of attempts, so that
 //
 //	errors.Is(err, budget.ErrExhausted)     // true
 //	errors.Is(err, partnerErr)              // true
-//	errors.As(err, &exhausted)              // exhausted.Attempts, .RetryAfter
+//	errors.As(err, &exhausted)              // exhausted.Budget, .RetryAfter
 //
 // all hold.
 type ExhaustedError struct {
-	// Budget names the layer that refused ("local", "global", ...).
+	// Budget names the layer that refused: "local-ratio" and
+	// "local-token-bucket" for package local's budgets, "global:<name>"
+	// for a Global.
 	Budget string
 	// RetryAfter is when the budget expects to grant again, relative to the
 	// refusal; zero when it cannot tell. A handler can pass it on as a
 	// Retry-After header.
 	RetryAfter time.Duration
-	// Attempts is the number of attempts made before the refusal.
-	Attempts int
-	// Err is the partner's error from the last attempt, if known.
-	Err error
 	// Cause, if set, is why the budget refused when the reason is not its
-	// allowance: an *UnavailableError when a fleet-wide layer configured to
-	// fail closed could not reach its store.
+	// allowance: the store's fault, matching ErrUnavailable, when a
+	// fleet-wide layer configured to fail closed could not reach its store.
 	Cause error
 }
 
-// Error describes the refusal and the partner's last error.
+// Error describes the refusal.
 func (e *ExhaustedError) Error() string {
 	msg := "herdguard: retry budget exhausted"
 	if e.Budget != "" {
 		msg += " (" + e.Budget + ")"
 	}
-	if e.Attempts > 0 {
-		msg += fmt.Sprintf(" after %d attempt(s)", e.Attempts)
-	}
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
 	if e.Cause != nil {
-		msg += " (" + e.Cause.Error() + ")"
+		msg += ": " + e.Cause.Error()
 	}
 	return msg
 }
 
-// Unwrap returns ErrExhausted and, if set, the partner's error and the
-// cause.
+// Unwrap returns ErrExhausted and, if set, the cause.
 func (e *ExhaustedError) Unwrap() []error {
-	errs := []error{ErrExhausted}
-	if e.Err != nil {
-		errs = append(errs, e.Err)
+	if e.Cause == nil {
+		return []error{ErrExhausted}
 	}
-	if e.Cause != nil {
-		errs = append(errs, e.Cause)
-	}
-	return errs
+	return []error{ErrExhausted, e.Cause}
 }
 
-// UnavailableError is a budget whose store failed. Err is the cause.
-type UnavailableError struct {
-	Budget string
-	Err    error
+// unavailableError is a budget whose store failed; it matches
+// ErrUnavailable and its cause, err.
+type unavailableError struct {
+	budget string
+	err    error
 }
 
 // Error names the budget and the cause.
-func (e *UnavailableError) Error() string {
-	return "herdguard: retry budget " + e.Budget + " unavailable: " + fmt.Sprint(e.Err)
+func (e *unavailableError) Error() string {
+	return "herdguard: retry budget " + e.budget + " unavailable: " + fmt.Sprint(e.err)
 }
 
 // Unwrap returns ErrUnavailable and the cause.
-func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }

@@ -1,8 +1,8 @@
 // Package budget defines herdguard's retry-budget contract: the question
-// "may I retry once more?" that the retry loop asks before every retry, the
-// typed error returned when the answer is no, and the composition of several
-// budgets (an in-memory one per process, a fleet-wide one in DynamoDB) into
-// one.
+// "may I retry once more?" that the retry loop asks before every retry, and
+// the typed error returned when the answer is no. A retry.Executor asks its
+// budgets in order (an in-memory one per process, then a fleet-wide one in
+// DynamoDB), and a retry goes only if every one grants it.
 //
 // A Budget is told about every logical call (RecordRequest), about every
 // call that succeeded on its first attempt (RecordSuccess), and is asked for

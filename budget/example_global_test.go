@@ -9,6 +9,7 @@ import (
 
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/retry"
 )
 
 // Two environments share one budget through a store (here in memory; in
@@ -57,34 +58,35 @@ func ExampleGlobal() {
 	// store writes: 12
 }
 
-// A local budget first, then the fleet-wide one: the local layer refuses
-// without a store call, and while the store is down a global layer set to
-// FailOpen abstains, so the local layer alone decides. (By default the
-// global layer fails closed: it refuses while its store is down.)
+// A local budget first, then the fleet-wide one, in a retry.Executor:
+// the local layer refuses without a store call, and while the store is
+// down a global layer set to FailOpen abstains, so the local layer alone
+// decides: its floor of 3 retries. (By default the global layer fails
+// closed: it refuses while its store is down.)
 func ExampleGlobal_layered() {
-	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	global, _ := budget.NewGlobal(downStore{}, "payments", budget.GlobalConfig{FailOpen: true})
 	ratio, _ := local.NewRatio(local.RatioConfig{})
-
-	// budget.Layered(ratio, global) composes them; AcquireAll, which the
-	// retry.Executor uses, also reports the layers that abstained.
-	granted := 0
-	for range 5 {
-		release, err := budget.AcquireAll(context.Background(), now, budget.Transient,
-			[]budget.Budget{ratio, global}, func(layer int, err error) {
-				fmt.Println("layer", layer, "abstained:", errors.Is(err, budget.ErrUnavailable))
-			})
-		if err == nil {
-			granted++
-			release.Done(budget.RetryFailed)
-		}
+	exec, _ := retry.New(retry.Config{
+		MaxAttempts:   10,
+		Idempotent:    true,
+		TransientBase: time.Microsecond,
+		Budgets:       []budget.Budget{ratio, global},
+		OnStoreError: func(layer int, err error) {
+			fmt.Println("layer", layer, "abstained:", errors.Is(err, budget.ErrUnavailable))
+		},
+	})
+	err := exec.Do(context.Background(), func(context.Context, int) error {
+		return &retry.StatusError{StatusCode: 503}
+	})
+	var gu *retry.GiveUpError
+	if errors.As(err, &gu) {
+		fmt.Println(gu.Reason, "after", gu.Attempts, "attempts")
 	}
-	fmt.Println("granted by the local floor alone:", granted)
 	// Output:
 	// layer 1 abstained: true
 	// layer 1 abstained: true
 	// layer 1 abstained: true
-	// granted by the local floor alone: 3
+	// budget exhausted after 4 attempts
 }
 
 // downStore is a budget.Store whose table cannot be reached.

@@ -9,6 +9,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/herdguard/herdguard"
+	"github.com/herdguard/herdguard/internal/knobs"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // AllowancePerRetry is the allowance one retry costs in a Store item. Global
@@ -20,69 +24,47 @@ import (
 // a / AllowancePerRetry retries.
 const AllowancePerRetry int64 = 1_000_000
 
-// GlobalLayer prefixes the Budget field of the errors a Global returns:
+// globalLayer prefixes the Budget field of the errors a Global returns:
 // "global:<name>".
-const GlobalLayer = "global"
+const globalLayer = "global"
 
 // Defaults for the zero fields of GlobalConfig.
 const (
-	// DefaultGlobalRatio is the fleet-wide number of retries per request.
-	DefaultGlobalRatio = 0.1
-	// DefaultGlobalWindow is the length of the fixed windows over which the
-	// ratio is enforced.
-	DefaultGlobalWindow = 10 * time.Second
-	// DefaultGlobalFloor is the number of retries the whole fleet may make
-	// in a window regardless of its traffic, so that a fleet with little
-	// traffic can still retry the odd failure. Three per window matches the
-	// local ratio budget's MinRetries and is small enough that even a
-	// thousand idle-then-failing environments add only three retries per
-	// window to a partner in trouble.
-	DefaultGlobalFloor = 3
-	// DefaultGlobalShards is the number of items one budget is spread over.
-	DefaultGlobalShards = 1
-	// DefaultLeaseSize is the largest number of retries one store write
-	// withdraws. One means every global retry costs one write and no
-	// environment ever holds allowance another could use.
-	DefaultLeaseSize = 1
-	// DefaultDepositIntervals is the number of contact intervals in a
-	// window when GlobalConfig.DepositInterval is zero: the interval is
-	// Window / DefaultDepositIntervals (2.5 s with the default Window).
-	DefaultDepositIntervals = 4
-	// DefaultStoreTimeout bounds every Store call.
-	DefaultStoreTimeout = 50 * time.Millisecond
-	// DefaultFaultCooldown is how long Global answers from memory after a
-	// store fault before it calls the store again.
-	DefaultFaultCooldown = time.Second
+	defaultRatio  = 0.1
+	defaultWindow = 10 * time.Second
+	// defaultFloor is small enough that even a thousand
+	// idle-then-failing environments add only three retries per window to
+	// a partner in trouble (it matches the local ratio's MinRetries).
+	defaultFloor            = 3
+	defaultShards           = 1
+	defaultLeaseSize        = 1
+	defaultDepositIntervals = 4 // DepositInterval = Window / 4
+	defaultStoreTimeout     = 50 * time.Millisecond
+	defaultFaultCooldown    = time.Second
 )
 
 // Limits on GlobalConfig.
 const (
-	// MinGlobalWindow and MaxGlobalWindow bound GlobalConfig.Window.
-	MinGlobalWindow = 100 * time.Millisecond
-	MaxGlobalWindow = 24 * time.Hour
-	// MinGlobalRatio is the resolution of GlobalConfig.Ratio: one request
-	// earns a whole number of millionths of a retry.
-	MinGlobalRatio = 1.0 / float64(AllowancePerRetry)
-	// MaxGlobalFloor bounds GlobalConfig.Floor.
-	MaxGlobalFloor = 1_000_000
-	// MaxGlobalShards bounds GlobalConfig.Shards.
-	MaxGlobalShards = 1000
-	// MaxLeaseSize bounds GlobalConfig.LeaseSize.
-	MaxLeaseSize = 1000
+	minWindow    = 100 * time.Millisecond
+	maxWindow    = 24 * time.Hour
+	minRatio     = 1.0 / float64(AllowancePerRetry)
+	maxFloor     = 1_000_000
+	maxShards    = 1000
+	maxLeaseSize = 1000
 )
 
 // GlobalConfig holds the optional settings of a Global. The zero value of
 // every field selects its default.
 type GlobalConfig struct {
 	// Ratio is the number of retries the fleet may make per request, in
-	// (0, 1]; zero means DefaultGlobalRatio. It is applied in millionths:
+	// [0.000001, 1]; zero means 0.1. It is applied in millionths:
 	// a request earns floor(Ratio × 1,000,000) millionths of a retry, so the
 	// effective ratio never exceeds Ratio.
 	Ratio float64
 
 	// Window is the length of the fixed windows the ratio is enforced over,
-	// a whole number of milliseconds in [MinGlobalWindow, MaxGlobalWindow];
-	// zero means DefaultGlobalWindow. Windows are aligned to the Unix epoch
+	// a whole number of milliseconds from 100 ms to 24 h; zero means 10 s.
+	// Windows are aligned to the Unix epoch
 	// (window i covers [i×Window, (i+1)×Window) since 1970-01-01 UTC), so
 	// every environment computes the same store keys without talking to the
 	// others. Allowance never carries over from one window to the next;
@@ -96,22 +78,22 @@ type GlobalConfig struct {
 	// min_retry_concurrency. It is added to what requests earn (each window
 	// item starts at its share of the floor), where local.Ratio's
 	// MinRetries is a minimum; the bound Ratio × requests + Floor holds
-	// either way. Zero means DefaultGlobalFloor; a negative value means no
-	// floor. At most MaxGlobalFloor. With several shards the floor
+	// either way. Zero means 3; a negative value means no floor; at most
+	// 1,000,000. With several shards the floor
 	// is split evenly between them, so a shard may hold a fraction of a
 	// retry that only deposits can complete: choose Floor >= Shards if the
 	// floor must be reachable in full.
 	Floor int
 
 	// Shards is the number of store items one window of the budget is
-	// spread over, in [1, MaxGlobalShards]; zero means DefaultGlobalShards.
+	// spread over, from 1 to 1000; zero means 1.
 	// A store item takes at most about 1,000 writes per second (DynamoDB's
 	// per-partition limit); see "Sharding" in Global's documentation for
 	// the number to choose.
 	Shards int
 
 	// LeaseSize is the largest number of retries one store write
-	// withdraws, in [1, MaxLeaseSize]; zero means DefaultLeaseSize. The
+	// withdraws, from 1 to 1000; zero means 1. The
 	// first lease an environment takes in a window is one retry; each
 	// further lease in the same window doubles, up to LeaseSize, and never
 	// more than the environment last saw in the shard. Retries left in a
@@ -128,8 +110,8 @@ type GlobalConfig struct {
 	// contact at now + D × U(0.5, 1.5), with Rand: until then Flush writes
 	// nothing and AcquireRetry refuses from memory when the environment's
 	// last answer from the store says its shard cannot fund a retry. It
-	// must be positive and at most Window; zero means
-	// Window / DefaultDepositIntervals (2.5 s with the default Window).
+	// must be positive and at most Window; zero means Window / 4 (2.5 s
+	// with the default Window).
 	// A retrying environment makes about one deposit per D, so the writes
 	// of a retrying fleet are about environments ÷ D per second, spread
 	// over the window; a shorter D reports requests sooner (less is carried
@@ -137,8 +119,8 @@ type GlobalConfig struct {
 	DepositInterval time.Duration
 
 	// StoreTimeout bounds each Store call: it runs under
-	// context.WithTimeout(ctx, StoreTimeout). Zero means
-	// DefaultStoreTimeout; it must not be negative.
+	// context.WithTimeout(ctx, StoreTimeout). Zero means 50 ms; it must
+	// not be negative.
 	StoreTimeout time.Duration
 
 	// FaultCooldown is how long, after a store call failed (not a refusal
@@ -146,16 +128,15 @@ type GlobalConfig struct {
 	// AcquireRetry and Flush answer without calling the store, as they
 	// would for a fault. It keeps a failing table from adding StoreTimeout
 	// to every retry and from being hammered while it recovers. Zero means
-	// DefaultFaultCooldown; a negative value disables it (every call tries
-	// the store).
+	// 1 s; a negative value disables it (every call tries the store).
 	FaultCooldown time.Duration
 
 	// FailOpen chooses what AcquireRetry answers when the store fails
 	// (timeout, unreachable, malformed item). False (fail closed, the
-	// default) refuses the retry with an *ExhaustedError whose Cause is an
-	// *UnavailableError: a slow or broken table never lifts the fleet's
-	// bound. True answers the *UnavailableError itself, so that a Layered
-	// composition (and the retry.Executor) lets the other layers, the local
+	// default) refuses the retry with an *ExhaustedError whose Cause is the
+	// fault (matching ErrUnavailable): a slow or broken table never lifts
+	// the fleet's bound. True answers the fault itself, so that the
+	// retry.Executor lets the other layers, the local
 	// budget in each environment, decide alone; the fleet's retries are
 	// then bounded by those layers, which Lambda multiplies. Either way the
 	// fault is reported (errors.Is(err, ErrUnavailable) holds). A throttled
@@ -168,10 +149,6 @@ type GlobalConfig struct {
 	// concurrent use unless it is shared. Seed it differently in every
 	// environment, or the environments' contacts line up.
 	Rand func() float64
-
-	// Now is the clock Flush reads; nil means time.Now. Every other method
-	// takes the time as an argument.
-	Now func() time.Time
 }
 
 // GlobalStats are a Global's cumulative counters.
@@ -195,13 +172,13 @@ type GlobalStats struct {
 	// always holds.
 	RefusalWrites int64
 	// Throttled counts store calls answered with ErrThrottled (by
-	// AcquireRetry, a refusal; by Flush, an *UnavailableError). Their
+	// AcquireRetry, a refusal; by Flush, an ErrUnavailable error). Their
 	// requests stay pending: a throttled call applied nothing.
 	Throttled int64
 	// Unavailable counts AcquireRetry calls the store could not decide: a
 	// fault, the fault cooldown, or ctx done before the call. Failing
 	// closed (the default) they were also refused (and count in Refused);
-	// with FailOpen they were answered with an *UnavailableError.
+	// with FailOpen they were answered with an ErrUnavailable error.
 	Unavailable int64
 	// StoreCalls counts Store.Apply calls, whatever their outcome.
 	StoreCalls int64
@@ -234,7 +211,8 @@ type GlobalStats struct {
 // Global is the fleet-wide retry ratio: at most Ratio retries per request
 // plus Floor retries per window, across every environment (process, Lambda
 // execution environment) that shares one Store and one name. It implements
-// Budget and Flusher and is safe for concurrent use.
+// Budget, has a Flush for a Lambda handler (retry.Executor.Flush calls it),
+// and is safe for concurrent use.
 //
 // # Algorithm
 //
@@ -381,8 +359,8 @@ type GlobalStats struct {
 // AcquireRetry and Flush make at most one, so they return within
 // StoreTimeout or ctx's deadline, whichever is first (given a Store that
 // honours ctx, as the contract requires). A fault is answered with an
-// *ExhaustedError wrapping an *UnavailableError (or, with FailOpen, the
-// *UnavailableError) and starts FaultCooldown, during which AcquireRetry
+// *ExhaustedError wrapping an error that matches ErrUnavailable and the
+// store's (or, with FailOpen, that error alone) and starts FaultCooldown, during which AcquireRetry
 // answers the same way from memory. The deposit sent in a failed call is
 // never sent again (see LostRequests): if it was applied, resending would
 // count the requests twice; if not, they are lost, which only lowers the
@@ -475,32 +453,31 @@ const (
 	maxViewAllowance = 1 << 53
 )
 
-var (
-	_ Budget  = (*Global)(nil)
-	_ Flusher = (*Global)(nil)
-)
+var _ Budget = (*Global)(nil)
 
 // errCoolingDown is the cause given while the fault cooldown runs.
 var errCoolingDown = errors.New("store call skipped: cooling down after a store fault")
 
 // NewGlobal returns the fleet-wide retry ratio called name over store. All
 // environments that should share one budget use the same store, name and
-// configuration. name must pass ValidateName.
+// configuration. name becomes part of the store's keys: 1 to 128 bytes of
+// letters, digits, '-', '_', '.' and ':'. Bad input is a
+// *herdguard.ConfigError.
 func NewGlobal(store Store, name string, cfg GlobalConfig) (*Global, error) {
 	if store == nil {
-		return nil, errors.New("herdguard: budget.NewGlobal: store is nil")
+		return nil, &herdguard.ConfigError{Field: "budget.NewGlobal store", Reason: "is nil"}
 	}
-	if err := ValidateName(name); err != nil {
-		return nil, fmt.Errorf("herdguard: budget.NewGlobal: %w", err)
+	if msg := names.Check(name); msg != "" {
+		return nil, &herdguard.ConfigError{Field: "budget.NewGlobal name", Reason: msg}
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
-		return nil, fmt.Errorf("herdguard: budget.NewGlobal %q: %w", name, err)
+		return nil, err
 	}
 	g := &Global{
 		store:        store,
 		name:         name,
-		label:        GlobalLayer + ":" + name,
+		label:        globalLayer + ":" + name,
 		cfg:          cfg,
 		windowMilli:  cfg.Window.Milliseconds(),
 		depositMilli: max(cfg.DepositInterval.Milliseconds(), 1),
@@ -523,73 +500,66 @@ func NewGlobal(store Store, name string, cfg GlobalConfig) (*Global, error) {
 	return g, nil
 }
 
+func init() {
+	knobs.GlobalConfig = func(g any) any { return g.(*Global).cfg }
+}
+
 // withDefaults fills the zero fields and validates the others.
 func (c GlobalConfig) withDefaults() (GlobalConfig, error) {
+	bad := func(field, format string, args ...any) (GlobalConfig, error) {
+		return c, &herdguard.ConfigError{Field: "budget.GlobalConfig." + field, Reason: fmt.Sprintf(format, args...)}
+	}
 	switch {
 	case c.Ratio == 0:
-		c.Ratio = DefaultGlobalRatio
-	case math.IsNaN(c.Ratio) || c.Ratio < MinGlobalRatio || c.Ratio > 1:
-		return c, fmt.Errorf("GlobalConfig.Ratio is %v; it must be in [%v, 1] (or 0 for the default %v)", c.Ratio, MinGlobalRatio, DefaultGlobalRatio)
+		c.Ratio = defaultRatio
+	case math.IsNaN(c.Ratio) || c.Ratio < minRatio || c.Ratio > 1:
+		return bad("Ratio", "is %v; want a ratio in [%v, 1] (0 for the default %v)", c.Ratio, minRatio, defaultRatio)
 	}
 	switch {
 	case c.Window == 0:
-		c.Window = DefaultGlobalWindow
-	case c.Window < MinGlobalWindow || c.Window > MaxGlobalWindow || c.Window%time.Millisecond != 0:
-		return c, fmt.Errorf("GlobalConfig.Window is %v; it must be a whole number of milliseconds in [%v, %v] (or 0 for the default %v)", c.Window, MinGlobalWindow, MaxGlobalWindow, DefaultGlobalWindow)
+		c.Window = defaultWindow
+	case c.Window < minWindow || c.Window > maxWindow || c.Window%time.Millisecond != 0:
+		return bad("Window", "is %v; want a whole number of milliseconds from %v to %v (0 for the default %v)", c.Window, minWindow, maxWindow, defaultWindow)
 	}
 	switch {
 	case c.Floor == 0:
-		c.Floor = DefaultGlobalFloor
+		c.Floor = defaultFloor
 	case c.Floor < 0:
 		c.Floor = 0
-	case c.Floor > MaxGlobalFloor:
-		return c, fmt.Errorf("GlobalConfig.Floor is %d; it must be at most %d (0 for the default %d, negative for none)", c.Floor, MaxGlobalFloor, DefaultGlobalFloor)
+	case c.Floor > maxFloor:
+		return bad("Floor", "is %d; want at most %d (0 for the default %d, negative for none)", c.Floor, maxFloor, defaultFloor)
 	}
 	switch {
 	case c.Shards == 0:
-		c.Shards = DefaultGlobalShards
-	case c.Shards < 0 || c.Shards > MaxGlobalShards:
-		return c, fmt.Errorf("GlobalConfig.Shards is %d; it must be in [1, %d] (or 0 for the default %d)", c.Shards, MaxGlobalShards, DefaultGlobalShards)
+		c.Shards = defaultShards
+	case c.Shards < 0 || c.Shards > maxShards:
+		return bad("Shards", "is %d; want 1 to %d (0 for the default %d)", c.Shards, maxShards, defaultShards)
 	}
 	switch {
 	case c.LeaseSize == 0:
-		c.LeaseSize = DefaultLeaseSize
-	case c.LeaseSize < 0 || c.LeaseSize > MaxLeaseSize:
-		return c, fmt.Errorf("GlobalConfig.LeaseSize is %d; it must be in [1, %d] (or 0 for the default %d)", c.LeaseSize, MaxLeaseSize, DefaultLeaseSize)
+		c.LeaseSize = defaultLeaseSize
+	case c.LeaseSize < 0 || c.LeaseSize > maxLeaseSize:
+		return bad("LeaseSize", "is %d; want 1 to %d (0 for the default %d)", c.LeaseSize, maxLeaseSize, defaultLeaseSize)
 	}
 	switch {
 	case c.DepositInterval == 0:
-		c.DepositInterval = c.Window / DefaultDepositIntervals
+		c.DepositInterval = c.Window / defaultDepositIntervals
 	case c.DepositInterval < 0 || c.DepositInterval > c.Window:
-		return c, fmt.Errorf("GlobalConfig.DepositInterval is %v; it must be positive and at most Window (%v), or 0 for Window/%d", c.DepositInterval, c.Window, DefaultDepositIntervals)
+		return bad("DepositInterval", "is %v; want a positive duration up to Window (%v), or 0 for Window/%d", c.DepositInterval, c.Window, defaultDepositIntervals)
 	}
 	switch {
 	case c.StoreTimeout == 0:
-		c.StoreTimeout = DefaultStoreTimeout
+		c.StoreTimeout = defaultStoreTimeout
 	case c.StoreTimeout < 0:
-		return c, fmt.Errorf("GlobalConfig.StoreTimeout is %v; it must be positive (or 0 for the default %v)", c.StoreTimeout, DefaultStoreTimeout)
+		return bad("StoreTimeout", "is %v; want a positive duration (0 for the default %v)", c.StoreTimeout, defaultStoreTimeout)
 	}
 	if c.FaultCooldown == 0 {
-		c.FaultCooldown = DefaultFaultCooldown
+		c.FaultCooldown = defaultFaultCooldown
 	}
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 	return c, nil
-}
-
-// Name returns the budget's name.
-func (g *Global) Name() string { return g.name }
-
-// Config returns the configuration in effect, defaults filled in.
-func (g *Global) Config() GlobalConfig { return g.cfg }
-
-// WindowOf returns the start of the window now falls in.
-func (g *Global) WindowOf(now time.Time) time.Time {
-	return g.windowStart(g.windowIndex(now))
 }
 
 // Stats returns the cumulative counters.
@@ -672,9 +642,9 @@ func (p pending) n() int64 { return p.cur + p.carry }
 // A refusal is an *ExhaustedError whose RetryAfter is the time to this
 // environment's next store contact (zero when the store's last answer
 // showed allowance, which the next call will try to take). A throttled
-// store call is a refusal whose Cause is an *UnavailableError wrapping the
-// store's error. A store fault is an *ExhaustedError whose Cause is an
-// *UnavailableError, or with FailOpen the *UnavailableError.
+// store call is a refusal whose Cause matches ErrUnavailable and wraps the
+// store's error. A store fault is an *ExhaustedError whose Cause matches
+// ErrUnavailable and wraps the fault, or with FailOpen that Cause alone.
 func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Release, error) {
 	w := g.windowIndex(now)
 
@@ -738,7 +708,7 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 		g.unappliedLocked(w, p, allowance, err)
 		g.stats.Refused++
 		g.stats.RefusalWrites++
-		return nil, g.refusal(g.nextContact.Sub(now), &UnavailableError{Budget: g.label, Err: err})
+		return nil, g.refusal(g.nextContact.Sub(now), &unavailableError{budget: g.label, err: err})
 	case errors.Is(err, ErrInsufficient):
 		g.unappliedLocked(w, p, allowance, err)
 	default:
@@ -758,24 +728,20 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 	return nil, g.refusal(after, nil)
 }
 
-// Flush reports this environment's unreported requests of the current
-// window (by the configured Now), and of the previous one if it was
-// engaged then, with one deposit-only store write, when this environment
-// is engaged (it asked for a global retry in this window or the previous
-// one) and its next scheduled contact is due. Otherwise it does nothing,
-// so a Lambda handler calls it after every invocation: it costs no write
+// Flush reports this environment's unreported requests of the window of
+// now, and of the previous one if it was engaged then, with one
+// deposit-only store write, when this environment is engaged (it asked for
+// a global retry in this window or the previous one) and its next
+// scheduled contact is due. Otherwise it does nothing, so a Lambda handler
+// calls it after every invocation (retry.Executor.Flush does, with the
+// Executor's clock): it costs no write
 // on the healthy path and about one per DepositInterval while retrying.
 // The deposit funds retries anywhere in the fleet, and would be lost if
-// the environment were frozen until the window ended. It returns an
-// *UnavailableError if the call fails (the requests are then lost, never
+// the environment were frozen until the window ended. It returns an error
+// matching ErrUnavailable if the call fails (the requests are then lost, never
 // sent again), is throttled (they stay pending), or is skipped during the
 // fault cooldown (they stay pending).
-func (g *Global) Flush(ctx context.Context) error {
-	return g.FlushAt(ctx, g.cfg.Now())
-}
-
-// FlushAt is Flush at the time now.
-func (g *Global) FlushAt(ctx context.Context, now time.Time) error {
+func (g *Global) Flush(ctx context.Context, now time.Time) error {
 	w := g.windowIndex(now)
 	g.mu.Lock()
 	if !g.engagedLocked(w) || now.Before(g.nextContact) {
@@ -789,7 +755,7 @@ func (g *Global) FlushAt(ctx context.Context, now time.Time) error {
 	}
 	if err := g.blockedLocked(ctx, now); err != nil {
 		g.mu.Unlock()
-		return &UnavailableError{Budget: g.label, Err: err}
+		return &unavailableError{budget: g.label, err: err}
 	}
 	g.sendLocked(p)
 	shard := g.pickShardLocked()
@@ -813,7 +779,7 @@ func (g *Global) FlushAt(ctx context.Context, now time.Time) error {
 	default:
 		g.faultLocked(ctx, now, p)
 	}
-	return &UnavailableError{Budget: g.label, Err: err}
+	return &unavailableError{budget: g.label, err: err}
 }
 
 // apply makes one store call bounded by StoreTimeout.
@@ -1094,7 +1060,7 @@ func (g *Global) faultError(now time.Time, cause error) error {
 }
 
 func (g *Global) faultErrorLocked(now time.Time, cause error) error {
-	u := &UnavailableError{Budget: g.label, Err: cause}
+	u := &unavailableError{budget: g.label, err: cause}
 	if g.cfg.FailOpen {
 		return u
 	}

@@ -44,7 +44,7 @@ func BenchmarkGlobalRecordRequestWindows(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			g.RecordRequest(t0.Add(time.Duration(i.Add(1)/1000) * budget.DefaultGlobalWindow))
+			g.RecordRequest(t0.Add(time.Duration(i.Add(1)/1000) * defaultGlobalWindow))
 		}
 	})
 }
@@ -55,13 +55,13 @@ func BenchmarkGlobalRecordRequestWindows(b *testing.B) {
 func BenchmarkGlobalAcquireRetry(b *testing.B) {
 	for _, lease := range []int{1, 64} {
 		b.Run(map[int]string{1: "lease=1", 64: "lease=64"}[lease], func(b *testing.B) {
-			g := newGlobal(b, newMapStore(), budget.GlobalConfig{LeaseSize: lease, Floor: budget.MaxGlobalFloor})
+			g := newGlobal(b, newMapStore(), budget.GlobalConfig{LeaseSize: lease, Floor: maxGlobalFloor})
 			ctx := context.Background()
 			now, n := t0, 0
 			b.ReportAllocs()
 			for b.Loop() {
 				if n++; n%100_000 == 0 { // stay under the floor of each window
-					now = now.Add(budget.DefaultGlobalWindow)
+					now = now.Add(defaultGlobalWindow)
 				}
 				rel, err := g.AcquireRetry(ctx, now, budget.Transient)
 				if err != nil {

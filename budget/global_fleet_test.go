@@ -14,6 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/globalcfg"
 )
 
 const testWindow = 10 * time.Second
@@ -217,7 +218,7 @@ func runFleet(t *testing.T, inner budget.Store, fc fleetCase, envs, windows, ops
 							release(r.IntN(len(out)))
 						}
 					default:
-						_ = g.FlushAt(ctx, now)
+						_ = g.Flush(ctx, now)
 					}
 				}
 				barriers[w].Done()
@@ -230,7 +231,7 @@ func runFleet(t *testing.T, inner budget.Store, fc fleetCase, envs, windows, ops
 	}
 	wg.Wait()
 
-	cfg := globals[0].Config()
+	cfg := globalcfg.Of(globals[0])
 	granted, bound := led.check(t, perRequest(cfg.Ratio), cfg.Floor)
 	s.checkItems(t)
 	var st budget.GlobalStats
@@ -317,10 +318,10 @@ func TestGlobalBoundProperty(t *testing.T) {
 				out[i].rel(o)
 				out = append(out[:i], out[i+1:]...)
 			case 4:
-				_ = g.FlushAt(context.Background(), now)
+				_ = g.Flush(context.Background(), now)
 			}
 		}
-		c := envs[0].Config()
+		c := globalcfg.Of(envs[0])
 		led.check(rt, perRequest(c.Ratio), c.Floor)
 		for _, w := range s.windowTotals() {
 			if w.taken > w.floor+w.deposited {

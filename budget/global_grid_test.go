@@ -69,7 +69,7 @@ func TestGlobalLambdaGrid(t *testing.T) {
 
 func checkLambdaCell(t *testing.T, r fleetsim.CellResult, shards int, summary *strings.Builder) {
 	t.Helper()
-	const ratio, floor = budget.DefaultGlobalRatio, budget.DefaultGlobalFloor
+	const ratio, floor = defaultGlobalRatio, defaultGlobalFloor
 	if w := r.Windows[0]; !w.Healthy || w.Store.BudgetWrites != 0 {
 		t.Errorf("%v: healthy window: healthy %v, %d budget writes", r.Cell, w.Healthy, w.Store.BudgetWrites)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/layers"
 )
 
 // The rules of issue 11, one test each: the jittered contact schedule, one
@@ -88,7 +89,7 @@ func TestGlobalOneWritePerRefusal(t *testing.T) {
 	if calls := s.Calls(); len(calls) != 1 || calls[0].Update.Deposit != 5*unit/10 || !errors.Is(calls[0].Err, budget.ErrInsufficient) {
 		t.Fatalf("calls %+v, want one refused update", calls)
 	}
-	if err := a.FlushAt(context.Background(), t0.Add(2500*time.Millisecond)); err != nil {
+	if err := a.Flush(context.Background(), t0.Add(2500*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	if c := s.Calls()[1]; c.Update.Deposit != 5*unit/10 || c.Update.Take != 0 || c.Err != nil {
@@ -160,7 +161,7 @@ func TestGlobalCarriesOneWindow(t *testing.T) {
 		acquire(t, g, t0.Add(time.Second))
 		record(g, t0.Add(9*time.Second), 7) // never written in window 1
 		record(g, t0.Add(21*time.Second), 3)
-		if err := g.FlushAt(ctx, t0.Add(21*time.Second)); err != nil || s.NumCalls() != 1 {
+		if err := g.Flush(ctx, t0.Add(21*time.Second)); err != nil || s.NumCalls() != 1 {
 			t.Fatalf("Flush in window 2 without an ask since window 0: %v, %d calls", err, s.NumCalls())
 		}
 		acquire(t, g, t0.Add(21*time.Second))
@@ -181,8 +182,8 @@ func TestGlobalCarriesOneWindow(t *testing.T) {
 		s := newRecStore(newMapStore())
 		g := newGlobal(t, s, budget.GlobalConfig{Floor: -1, Rand: constRand(0.5)})
 		record(g, t0.Add(9*time.Second), 5)
-		refusal(t, g, t0.Add(9*time.Second))                                   // the 5 stay pending
-		if err := g.FlushAt(ctx, t0.Add(11500*time.Millisecond)); err != nil { // the next contact, in window 1
+		refusal(t, g, t0.Add(9*time.Second))                                 // the 5 stay pending
+		if err := g.Flush(ctx, t0.Add(11500*time.Millisecond)); err != nil { // the next contact, in window 1
 			t.Fatal(err)
 		}
 		lastDeposit(t, s, t0.Add(testWindow), 5)
@@ -229,7 +230,7 @@ func TestGlobalThrottleIsARefusal(t *testing.T) {
 			record(g, t0, 20) // 2 retries
 			ts.set(true)
 			var reported []error
-			rel, err := budget.AcquireAll(ctx, t0, budget.Transient, []budget.Budget{g}, func(_ int, err error) { reported = append(reported, err) })
+			rel, err := layers.Acquire(ctx, t0, budget.Transient, []budget.Budget{g}, func(_ int, err error) { reported = append(reported, err) })
 			var ex *budget.ExhaustedError
 			if rel != nil || !errors.As(err, &ex) || !errors.Is(err, budget.ErrThrottled) || !errors.Is(err, budget.ErrUnavailable) {
 				t.Fatalf("throttled: %v, want a refusal carrying the throttle", err)
@@ -250,11 +251,11 @@ func TestGlobalThrottleIsARefusal(t *testing.T) {
 
 			record(g, t0.Add(5*time.Second), 10)
 			ts.set(true)
-			if err := g.FlushAt(ctx, t0.Add(5*time.Second)); !errors.Is(err, budget.ErrThrottled) || !errors.Is(err, budget.ErrUnavailable) {
+			if err := g.Flush(ctx, t0.Add(5*time.Second)); !errors.Is(err, budget.ErrThrottled) || !errors.Is(err, budget.ErrUnavailable) {
 				t.Fatalf("throttled Flush: %v", err)
 			}
 			ts.set(false)
-			if err := g.FlushAt(ctx, t0.Add(7500*time.Millisecond)); err != nil {
+			if err := g.Flush(ctx, t0.Add(7500*time.Millisecond)); err != nil {
 				t.Fatal(err)
 			}
 			if c := s.Calls()[3]; c.Update.Deposit != unit || c.Err != nil {
@@ -281,14 +282,14 @@ func TestGlobalFailsClosedByDefault(t *testing.T) {
 		g := newGlobal(t, s, budget.GlobalConfig{FailOpen: failOpen})
 		for i, at := range []time.Duration{0, 400 * time.Millisecond} {
 			var reported int
-			rel, err := budget.AcquireAll(ctx, t0.Add(at), budget.Transient, []budget.Budget{g}, func(int, error) { reported++ })
+			rel, err := layers.Acquire(ctx, t0.Add(at), budget.Transient, []budget.Budget{g}, func(int, error) { reported++ })
 			var ex *budget.ExhaustedError
 			switch {
 			case reported != 1:
 				t.Fatalf("FailOpen %v, ask %d: the fault was reported %d times, want once", failOpen, i, reported)
 			case failOpen && err != nil:
 				t.Fatalf("FailOpen, ask %d: %v; want the layer to abstain (the composition grants)", i, err)
-			case !failOpen && (!errors.As(err, &ex) || ex.RetryAfter != budget.DefaultFaultCooldown-at || !errors.Is(err, budget.ErrUnavailable)):
+			case !failOpen && (!errors.As(err, &ex) || ex.RetryAfter != defaultFaultCooldown-at || !errors.Is(err, budget.ErrUnavailable)):
 				t.Fatalf("default, ask %d: %v; want a refusal carrying the fault until the cooldown ends", i, err)
 			case !failOpen && i == 0 && !errors.Is(err, errInjected):
 				t.Fatalf("default: %v does not carry the store's error", err)
@@ -329,7 +330,7 @@ func TestGlobalEngagesWithRecentRequestsOnly(t *testing.T) {
 	// unreported, old requests of the window and carried ones included.
 	record(g, t0.Add(9500*time.Millisecond), 2)
 	record(g, t0.Add(10*time.Second), 20)
-	if err := g.FlushAt(context.Background(), t0.Add(19*time.Second)); err != nil {
+	if err := g.Flush(context.Background(), t0.Add(19*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if c := s.Calls()[1]; c.Update.Deposit != 22*unit/10 || !c.Key.Window.Equal(t0.Add(testWindow)) {

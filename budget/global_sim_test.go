@@ -13,6 +13,7 @@ import (
 
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/capacity"
+	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/internal/memstore"
 )
 
@@ -106,17 +107,16 @@ func simulate(t *testing.T, sc simConfig) simResult {
 	for e := range globals {
 		c := sc.cfg
 		c.Rand = rand.New(rand.NewPCG(sc.seed, uint64(e)+1)).Float64
-		c.Now = clock
 		globals[e] = newGlobal(t, store, c)
 		q = append(q, simEvent{at: t0.Add(time.Duration(rng.Float64() * float64(time.Second))), env: e})
 	}
 	heap.Init(&q)
-	window := globals[0].Config().Window
+	window := globalcfg.Of(globals[0]).Window
 	outageStart := t0.Add(window + 3*time.Second)
 	end := t0.Add(time.Duration(2+sc.windows) * window)
-	res := simResult{windows: make([]simWindow, sc.windows+2), ratio: globals[0].Config().Ratio, floor: globals[0].Config().Floor}
+	res := simResult{windows: make([]simWindow, sc.windows+2), ratio: globalcfg.Of(globals[0]).Ratio, floor: globalcfg.Of(globals[0]).Floor}
 	win := func(at time.Time) *simWindow {
-		i := int(globals[0].WindowOf(at).Sub(t0) / window)
+		i := int(globalcfg.WindowOf(globals[0], at).Sub(t0) / window)
 		if i < 0 || i >= len(res.windows) {
 			return nil
 		}
@@ -172,7 +172,7 @@ func simulate(t *testing.T, sc simConfig) simResult {
 			mu.Unlock()
 		}
 		before := g.Stats().CarriedRequests
-		if err := g.FlushAt(ctx, at); err != nil && !errors.Is(err, budget.ErrUnavailable) {
+		if err := g.Flush(ctx, at); err != nil && !errors.Is(err, budget.ErrUnavailable) {
 			t.Fatalf("Flush: %v", err)
 		}
 		carried(g, before, at)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/globalcfg"
+	"github.com/herdguard/herdguard/internal/layers"
 )
 
 const unit = budget.AllowancePerRetry
@@ -73,11 +75,11 @@ func TestNewGlobalValidation(t *testing.T) {
 		{budget.GlobalConfig{Window: -time.Second}, "Window"},
 		{budget.GlobalConfig{Window: time.Second + time.Microsecond}, "Window"},
 		{budget.GlobalConfig{Window: 25 * time.Hour}, "Window"},
-		{budget.GlobalConfig{Floor: budget.MaxGlobalFloor + 1}, "Floor"},
+		{budget.GlobalConfig{Floor: maxGlobalFloor + 1}, "Floor"},
 		{budget.GlobalConfig{Shards: -1}, "Shards"},
-		{budget.GlobalConfig{Shards: budget.MaxGlobalShards + 1}, "Shards"},
+		{budget.GlobalConfig{Shards: maxGlobalShards + 1}, "Shards"},
 		{budget.GlobalConfig{LeaseSize: -2}, "LeaseSize"},
-		{budget.GlobalConfig{LeaseSize: budget.MaxLeaseSize + 1}, "LeaseSize"},
+		{budget.GlobalConfig{LeaseSize: maxLeaseSize + 1}, "LeaseSize"},
 		{budget.GlobalConfig{StoreTimeout: -time.Millisecond}, "StoreTimeout"},
 		{budget.GlobalConfig{DepositInterval: -time.Second}, "DepositInterval"},
 		{budget.GlobalConfig{DepositInterval: 11 * time.Second}, "DepositInterval"},
@@ -92,28 +94,25 @@ func TestNewGlobalValidation(t *testing.T) {
 	if _, err := budget.NewGlobal(nil, "partner", budget.GlobalConfig{}); err == nil || !strings.Contains(err.Error(), "store") {
 		t.Errorf("NewGlobal(nil store) = %v, want an error naming the store", err)
 	}
-	for _, name := range []string{"", "a#b", strings.Repeat("x", budget.MaxNameLen+1), "\xff"} {
+	for _, name := range []string{"", "a#b", strings.Repeat("x", 129), "\xff"} {
 		if _, err := budget.NewGlobal(s, name, budget.GlobalConfig{}); err == nil {
 			t.Errorf("NewGlobal(name %q) succeeded", name)
 		}
 	}
 
 	g := newGlobal(t, s, budget.GlobalConfig{})
-	c := g.Config()
-	if c.Ratio != budget.DefaultGlobalRatio || c.Window != budget.DefaultGlobalWindow || c.Floor != budget.DefaultGlobalFloor ||
-		c.Shards != budget.DefaultGlobalShards || c.LeaseSize != budget.DefaultLeaseSize ||
-		c.StoreTimeout != budget.DefaultStoreTimeout || c.FaultCooldown != budget.DefaultFaultCooldown ||
-		c.DepositInterval != budget.DefaultGlobalWindow/budget.DefaultDepositIntervals ||
-		c.FailOpen || c.Rand == nil || c.Now == nil {
+	c := globalcfg.Of(g)
+	if c.Ratio != defaultGlobalRatio || c.Window != defaultGlobalWindow || c.Floor != defaultGlobalFloor ||
+		c.Shards != defaultGlobalShards || c.LeaseSize != defaultLeaseSize ||
+		c.StoreTimeout != defaultStoreTimeout || c.FaultCooldown != defaultFaultCooldown ||
+		c.DepositInterval != defaultGlobalWindow/defaultDepositIntervals ||
+		c.FailOpen || c.Rand == nil {
 		t.Errorf("defaults: %+v", c)
 	}
-	if g.Name() != "partner" {
-		t.Errorf("Name() = %q", g.Name())
-	}
-	if c := newGlobal(t, s, budget.GlobalConfig{Floor: -1}).Config(); c.Floor != 0 {
+	if c := globalcfg.Of(newGlobal(t, s, budget.GlobalConfig{Floor: -1})); c.Floor != 0 {
 		t.Errorf("Floor -1 became %d, want 0", c.Floor)
 	}
-	if c := newGlobal(t, s, budget.GlobalConfig{Window: time.Second}).Config(); c.DepositInterval != 250*time.Millisecond {
+	if c := globalcfg.Of(newGlobal(t, s, budget.GlobalConfig{Window: time.Second})); c.DepositInterval != 250*time.Millisecond {
 		t.Errorf("DepositInterval for a 1 s window: %v, want 250ms", c.DepositInterval)
 	}
 }
@@ -128,7 +127,7 @@ func TestGlobalWindowsAlignToTheEpoch(t *testing.T) {
 		time.Unix(13, 999e6),
 	} {
 		want := time.UnixMilli(int64(math.Floor(float64(now.UnixMilli())/7000)) * 7000)
-		if got := g.WindowOf(now); !got.Equal(want) {
+		if got := globalcfg.WindowOf(g, now); !got.Equal(want) {
 			t.Errorf("WindowOf(%v) = %v, want %v", now, got, want)
 		}
 		if _, ok := acquire(t, g, now); !ok {
@@ -147,18 +146,18 @@ func TestGlobalWindowsAlignToTheEpoch(t *testing.T) {
 func TestGlobalHealthyPathMakesNoStoreCalls(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, newStore func() budget.Store) {
 		s := newRecStore(newStore())
-		g := newGlobal(t, s, budget.GlobalConfig{Now: func() time.Time { return t0 }})
+		g := newGlobal(t, s, budget.GlobalConfig{})
 		for i := range 10_000 {
 			now := t0.Add(time.Duration(i) * 3 * time.Millisecond) // spans three windows
 			g.RecordRequest(now)
 			g.RecordSuccess(now)
 			if i%100 == 0 {
-				if err := g.FlushAt(context.Background(), now); err != nil {
+				if err := g.Flush(context.Background(), now); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
-		if err := g.Flush(context.Background()); err != nil {
+		if err := g.Flush(context.Background(), t0.Add(30*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		if n := s.NumCalls(); n != 0 {
@@ -223,7 +222,7 @@ func TestGlobalRefusalsWaitForTheNextContact(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, newStore func() budget.Store) {
 		s := newRecStore(newStore())
 		g := newGlobal(t, s, budget.GlobalConfig{Floor: 1, Rand: constRand(0.5)})
-		d := g.Config().DepositInterval
+		d := globalcfg.Of(g).DepositInterval
 		if d != 2500*time.Millisecond {
 			t.Fatalf("DepositInterval %v, want Window/4", d)
 		}
@@ -307,10 +306,10 @@ func TestGlobalFractionsPool(t *testing.T) {
 		if calls := s.Calls(); len(calls) != 1 || !errors.Is(calls[0].Err, budget.ErrInsufficient) {
 			t.Fatalf("calls %+v, want one refused update", calls)
 		}
-		if err := a.FlushAt(ctx, t0.Add(time.Second)); err != nil || s.NumCalls() != 1 {
+		if err := a.Flush(ctx, t0.Add(time.Second)); err != nil || s.NumCalls() != 1 {
 			t.Fatalf("Flush before the next contact: %v, %d calls", err, s.NumCalls())
 		}
-		if err := a.FlushAt(ctx, t0.Add(2500*time.Millisecond)); err != nil {
+		if err := a.Flush(ctx, t0.Add(2500*time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
 		if calls := s.Calls(); len(calls) != 2 || calls[1].Update.Deposit != 9*unit/10 || calls[1].Update.Take != 0 || calls[1].Err != nil {
@@ -552,12 +551,12 @@ func TestGlobalDropsCountsOfEarlierWindows(t *testing.T) {
 func TestGlobalFlush(t *testing.T) {
 	s := newRecStore(newMapStore())
 	clock := t0
-	g := newGlobal(t, s, budget.GlobalConfig{Now: func() time.Time { return clock }, Rand: constRand(0.5), FaultCooldown: 4 * time.Second})
+	g := newGlobal(t, s, budget.GlobalConfig{Rand: constRand(0.5), FaultCooldown: 4 * time.Second})
 	ctx := context.Background()
 	flush := func(at time.Duration, wantCalls int) error {
 		t.Helper()
 		clock = t0.Add(at)
-		err := g.Flush(ctx)
+		err := g.Flush(ctx, clock)
 		if s.NumCalls() != wantCalls {
 			t.Fatalf("Flush at %v: %d store calls, want %d", at, s.NumCalls(), wantCalls)
 		}
@@ -589,8 +588,7 @@ func TestGlobalFlush(t *testing.T) {
 	record(g, t0.Add(5*time.Second), 10)
 	s.setFault(func(budget.Key, budget.Update) faultMode { return failBefore })
 	err := flush(5*time.Second, 3)
-	var ue *budget.UnavailableError
-	if !errors.As(err, &ue) || !errors.Is(err, budget.ErrUnavailable) {
+	if !errors.Is(err, budget.ErrUnavailable) {
 		t.Fatalf("Flush with a failing store: %v", err)
 	}
 	s.setFault(nil)
@@ -653,16 +651,15 @@ func TestGlobalCutsAHangingStore(t *testing.T) {
 			if !h.hasDL || h.deadline.Sub(h.entered) > timeout {
 				t.Fatalf("store got deadline %v (ok %v) at %v; want within %v", h.deadline, h.hasDL, h.entered, timeout)
 			}
-			var ue *budget.UnavailableError
-			if !errors.As(err, &ue) || !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("failClosed %v: %v, want an *UnavailableError for the deadline", failClosed, err)
+			if !errors.Is(err, budget.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("failClosed %v: %v, want an ErrUnavailable error for the deadline", failClosed, err)
 			}
 			if got := errors.Is(err, budget.ErrExhausted); got != failClosed {
 				t.Fatalf("failClosed %v: errors.Is(err, ErrExhausted) = %v (%v)", failClosed, got, err)
 			}
 			// Through the composition: fail open abstains, fail closed refuses.
 			var reported int
-			rel, err = budget.AcquireAll(context.Background(), t0.Add(500*time.Millisecond), budget.Transient,
+			rel, err = layers.Acquire(context.Background(), t0.Add(500*time.Millisecond), budget.Transient,
 				[]budget.Budget{g}, func(int, error) { reported++ })
 			if failClosed {
 				var ex *budget.ExhaustedError
@@ -813,7 +810,7 @@ func TestGlobalNeverPanicsOnGarbage(t *testing.T) {
 					}
 					_ = err != nil && err.Error() != ""
 					rel.Done(budget.Outcome(i % 5))
-					_ = g.FlushAt(context.Background(), now)
+					_ = g.Flush(context.Background(), now)
 				}
 				if st := g.Stats(); st.Granted-st.Returned > st.LeasedRetries {
 					t.Fatalf("%s: stats %+v", tc.name, st)
@@ -830,16 +827,16 @@ func TestGlobalFailOpenAbstainsInALayeredBudget(t *testing.T) {
 	s := newRecStore(newMapStore())
 	s.setFault(func(budget.Key, budget.Update) faultMode { return failBefore })
 	open := newGlobal(t, s, budget.GlobalConfig{FailOpen: true})
-	if rel, err := budget.Layered(open).AcquireRetry(context.Background(), t0, budget.Transient); err != nil {
+	if rel, err := layers.Acquire(context.Background(), t0, budget.Transient, []budget.Budget{open}, nil); err != nil {
 		t.Fatalf("only layer abstained: %v", err)
 	} else {
 		rel.Done(budget.RetryFailed)
 	}
-	if _, err := budget.Layered(open, refuseAll{}).AcquireRetry(context.Background(), t0, budget.Transient); !errors.Is(err, budget.ErrExhausted) {
+	if _, err := layers.Acquire(context.Background(), t0, budget.Transient, []budget.Budget{open, refuseAll{}}, nil); !errors.Is(err, budget.ErrExhausted) {
 		t.Fatalf("local layer refused, got %v", err)
 	}
 	closed := newGlobal(t, s, budget.GlobalConfig{})
-	if _, err := budget.Layered(closed).AcquireRetry(context.Background(), t0, budget.Transient); !errors.Is(err, budget.ErrExhausted) || !errors.Is(err, budget.ErrUnavailable) {
+	if _, err := layers.Acquire(context.Background(), t0, budget.Transient, []budget.Budget{closed}, nil); !errors.Is(err, budget.ErrExhausted) || !errors.Is(err, budget.ErrUnavailable) {
 		t.Fatalf("fail closed (the default): %v, want a refusal carrying the fault", err)
 	}
 }

@@ -10,7 +10,8 @@ import (
 // Key names one shard of one window of a fleet-wide budget in a Store.
 type Key struct {
 	// Name is the budget's name (one per partner, typically). Stores
-	// validate it: see ValidateName.
+	// reject names that NewGlobal would (1 to 128 bytes of letters,
+	// digits, '-', '_', '.' and ':').
 	Name string
 	// Shard is in [0, shards). One budget may be spread over several items
 	// so that no single item takes more writes than the store allows.
@@ -70,30 +71,3 @@ var ErrInsufficient = errors.New("herdguard: insufficient allowance")
 // applied those before it). Budget and breaker stores both use it; a
 // breaker store's error also satisfies errors.Is(err, breaker.ErrStore).
 var ErrThrottled = errors.New("herdguard: the store refused the request for lack of capacity")
-
-// Names of budgets and breakers become part of store keys. MaxNameLen bounds
-// them; ValidateName lists the other rules.
-const MaxNameLen = 128
-
-// ValidateName reports whether name can be used as a budget or breaker
-// name: 1 to MaxNameLen bytes of valid UTF-8 made of letters, digits and
-// the characters '-', '_', '.' and ':'. It rejects everything else, in
-// particular the separator '#' that stores use in keys, so that two names
-// can never map to the same item.
-func ValidateName(name string) error {
-	if name == "" {
-		return errors.New("herdguard: name is empty")
-	}
-	if len(name) > MaxNameLen {
-		return fmt.Errorf("herdguard: name is %d bytes long, at most %d allowed", len(name), MaxNameLen)
-	}
-	for i, r := range name {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-		case r == '-', r == '_', r == '.', r == ':':
-		default:
-			return fmt.Errorf("herdguard: name %q has a character %q at byte %d; use letters, digits, '-', '_', '.' or ':'", name, r, i)
-		}
-	}
-	return nil
-}

@@ -61,16 +61,3 @@ func TestSpec(t *testing.T) {
 		}
 	}
 }
-
-// The stores count like package local's, so that a simulation can print
-// either store's traffic through one interface.
-var (
-	_ interface {
-		Reads() int64
-		Writes() int64
-	} = (*BudgetStore)(nil)
-	_ interface {
-		Reads() int64
-		Writes() int64
-	} = (*BreakerStore)(nil)
-)

@@ -13,23 +13,37 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 	"github.com/herdguard/herdguard/internal/slothint"
 )
 
-// BreakerStoreConfig holds a BreakerStore's optional settings. The zero
-// value is ready to use.
-type BreakerStoreConfig struct {
-	// Rand returns a pseudo-random number in [0, 1). AcquireProbe uses it to
-	// pick the first probe slot it tries, so that environments racing for
-	// probes spread over the slots. Nil means math/rand/v2's Float64.
-	Rand func() float64
+// StoreOptions holds the optional settings of a BudgetStore and a
+// BreakerStore. The zero value is ready to use.
+type StoreOptions struct {
 	// OnRequest, if not nil, is called after every DynamoDB request the
 	// store makes, on the caller's goroutine: wire it to metrics to see the
 	// table's latency and errors. It must be fast and must not block.
 	OnRequest func(RequestInfo)
+	// Rand returns a pseudo-random number in [0, 1). A BreakerStore's
+	// AcquireProbe uses it to pick the first probe slot it tries, so that
+	// environments racing for probes spread over the slots. Nil means
+	// math/rand/v2's Float64.
+	Rand func() float64
+}
+
+// checkStoreArgs rejects what a store constructor cannot work with.
+func checkStoreArgs(constructor string, api API, table string) error {
+	if api == nil {
+		return &herdguard.ConfigError{Field: "dynamo." + constructor + " api", Reason: "is nil"}
+	}
+	if msg := checkTableName(table); msg != "" {
+		return &herdguard.ConfigError{Field: "dynamo." + constructor + " table", Reason: msg}
+	}
+	return nil
 }
 
 // BreakerStore is a breaker.Store in a DynamoDB table. It is safe for
@@ -53,7 +67,7 @@ type BreakerStoreConfig struct {
 type BreakerStore struct {
 	api      API
 	table    string
-	cfg      BreakerStoreConfig
+	cfg      StoreOptions
 	counters counters
 	// hints is what this store last saw of each breaker's slots, to
 	// guess Report's first form. It holds no lock.
@@ -63,29 +77,20 @@ type BreakerStore struct {
 var _ breaker.Store = (*BreakerStore)(nil)
 
 // NewBreakerStore returns a store that keeps breaker state in table, which
-// must have the layout CreateTable creates.
-func NewBreakerStore(api API, table string, cfg BreakerStoreConfig) (*BreakerStore, error) {
-	if api == nil {
-		return nil, errors.New("herdguard: dynamo: NewBreakerStore: api is nil")
+// must have the layout CreateTable creates. A nil api or a table name
+// DynamoDB would reject is a *herdguard.ConfigError.
+func NewBreakerStore(api API, table string, o StoreOptions) (*BreakerStore, error) {
+	if err := checkStoreArgs("NewBreakerStore", api, table); err != nil {
+		return nil, err
 	}
-	if err := validateTableName(table); err != nil {
-		return nil, fmt.Errorf("herdguard: dynamo: NewBreakerStore: %w", err)
+	if o.Rand == nil {
+		o.Rand = rand.Float64
 	}
-	if cfg.Rand == nil {
-		cfg.Rand = rand.Float64
-	}
-	return &BreakerStore{api: api, table: table, cfg: cfg}, nil
+	return &BreakerStore{api: api, table: table, cfg: o}, nil
 }
 
 // Stats returns the store's cumulative request counts.
 func (s *BreakerStore) Stats() Stats { return s.counters.stats() }
-
-// Reads returns Stats().Reads. With Writes it matches the counters of
-// package local's stores, so that a simulation can count either.
-func (s *BreakerStore) Reads() int64 { return s.counters.reads.Load() }
-
-// Writes returns Stats().Writes.
-func (s *BreakerStore) Writes() int64 { return s.counters.writes.Load() }
 
 // fail wraps a fault of method op on breaker name so that it satisfies
 // errors.Is(err, breaker.ErrStore) and errors.Is/As on its cause.
@@ -101,7 +106,7 @@ func (s *BreakerStore) fail(op, name string, err error) error {
 // as unprocessed, which it does under throttling) is an error, never a
 // snapshot without its override.
 func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot, error) {
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -250,7 +255,7 @@ const maxReportWrites = 3
 
 // validateReport checks Report's arguments.
 func validateReport(name string, r breaker.Report) error {
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return err
 	}
 	if r.Epoch > maxEpoch {
@@ -263,8 +268,8 @@ func validateReport(name string, r breaker.Report) error {
 		what string
 		v    int64
 	}{{"requests", r.Requests}, {"successes", r.Successes}, {"failures", r.Failures}, {"samples", r.Samples}} {
-		if c.v < 0 || c.v > MaxAmount {
-			return fmt.Errorf("%s %d must be in [0, %d]", c.what, c.v, int64(MaxAmount))
+		if c.v < 0 || c.v > maxAmount {
+			return fmt.Errorf("%s %d must be in [0, %d]", c.what, c.v, int64(maxAmount))
 		}
 	}
 	if !r.WatchUntil.IsZero() {
@@ -426,7 +431,7 @@ func (s *BreakerStore) writeState(ctx context.Context, op, name string, expr exp
 // and expressions.
 func transitionExpression(name string, prevEpoch uint64, next breaker.Snapshot) (string, expression.Expression, error) {
 	var none expression.Expression
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return "", none, err
 	}
 	if prevEpoch >= maxEpoch || next.Epoch != prevEpoch+1 {
@@ -550,14 +555,14 @@ func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint
 // expressions every slot's update shares.
 func probeExpression(name string, epoch uint64, limit int, now, leaseUntil time.Time) (expression.Expression, error) {
 	var none expression.Expression
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return none, err
 	}
 	if epoch > maxEpoch {
 		return none, fmt.Errorf("epoch %d above %d", epoch, uint64(maxEpoch))
 	}
-	if limit < 0 || limit > MaxProbeSlots {
-		return none, fmt.Errorf("probe limit %d must be in [0, %d]", limit, MaxProbeSlots)
+	if limit < 0 || limit > maxProbeSlots {
+		return none, fmt.Errorf("probe limit %d must be in [0, %d]", limit, maxProbeSlots)
 	}
 	nowMs, err := unixMilli("now", now)
 	if err != nil {
@@ -643,10 +648,10 @@ func (s *BreakerStore) SetOverride(ctx context.Context, name string, o breaker.O
 // and update expression.
 func overrideExpression(name string, o breaker.Override, until time.Time) (string, expression.Expression, error) {
 	var none expression.Expression
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return "", none, err
 	}
-	if _, err := breaker.ParseOverride(o.String()); err != nil {
+	if _, err := layout.ParseOverride(o.String()); err != nil {
 		return "", none, err
 	}
 	update := expression.Set(expression.Name(layout.AttrOverride), stringValue(o.String()))
@@ -752,7 +757,7 @@ func decodeOverride(key string, attrs map[string]types.AttributeValue) (breaker.
 	case !ok:
 		return breaker.NoOverride, time.Time{}, it.malformed(layout.AttrOverride, "is missing")
 	}
-	o, perr := breaker.ParseOverride(s)
+	o, perr := layout.ParseOverride(s)
 	if perr != nil {
 		return breaker.NoOverride, time.Time{}, it.malformed(layout.AttrOverride, "is %q, want \"none\", \"force-open\", \"force-closed\" or \"disabled\"", s)
 	}

@@ -14,12 +14,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 )
 
 func newFakeBreakerStore(t *testing.T, f *fakeAPI, rnd func() float64) *BreakerStore {
 	t.Helper()
-	s, err := NewBreakerStore(f, "herdguard", BreakerStoreConfig{Rand: rnd})
+	s, err := NewBreakerStore(f, "herdguard", StoreOptions{Rand: rnd})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,11 +51,15 @@ func wantStoreError(t *testing.T, what string, err error, cause any) {
 }
 
 func TestNewBreakerStoreValidates(t *testing.T) {
-	if _, err := NewBreakerStore(nil, "herdguard", BreakerStoreConfig{}); err == nil || !strings.Contains(err.Error(), "api is nil") {
+	var ce *herdguard.ConfigError
+	if _, err := NewBreakerStore(nil, "herdguard", StoreOptions{}); !errors.As(err, &ce) || ce.Field != "dynamo.NewBreakerStore api" {
 		t.Errorf("NewBreakerStore(nil api) error = %v", err)
 	}
-	if _, err := NewBreakerStore(&fakeAPI{}, "bad table", BreakerStoreConfig{}); err == nil || !strings.Contains(err.Error(), "table name") {
+	if _, err := NewBreakerStore(&fakeAPI{}, "bad table", StoreOptions{}); !errors.As(err, &ce) || ce.Field != "dynamo.NewBreakerStore table" {
 		t.Errorf("NewBreakerStore(bad table) error = %v", err)
+	}
+	if _, err := NewBudgetStore(&fakeAPI{}, "ab", StoreOptions{}); !errors.As(err, &ce) || ce.Field != "dynamo.NewBudgetStore table" {
+		t.Errorf("NewBudgetStore(short table) error = %v", err)
 	}
 }
 
@@ -95,8 +100,8 @@ func TestBreakerLoad(t *testing.T) {
 	if st := s.Stats(); st != (Stats{Reads: 1}) {
 		t.Errorf("Stats = %+v, want one read", st)
 	}
-	if s.Reads() != 1 || s.Writes() != 0 {
-		t.Errorf("Reads, Writes = %d, %d; want 1, 0", s.Reads(), s.Writes())
+	if s.Stats().Reads != 1 || s.Stats().Writes != 0 {
+		t.Errorf("Reads, Writes = %d, %d; want 1, 0", s.Stats().Reads, s.Stats().Writes)
 	}
 }
 
@@ -532,7 +537,7 @@ func TestBreakerAcquireProbeOrder(t *testing.T) {
 		{-0.5, 4, "0 1 2 3"},             // likewise
 		{math.Inf(1), 3, "0 1 2"},        // likewise
 		{0.7, 1, "0"},                    // one slot
-		{0.3, MaxProbeSlots, "19 20 21"}, // first three of 64
+		{0.3, maxProbeSlots, "19 20 21"}, // first three of 64
 	} {
 		f := &fakeAPI{updateItem: func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) { return nil, ccf(nil) }}
 		s := newFakeBreakerStore(t, f, func() float64 { return c.rnd })
@@ -660,7 +665,7 @@ func TestBreakerInvalidArgumentsSendNothing(t *testing.T) {
 		"Transition canceled":           func() error { _, err := s.Transition(canceled, "p", 1, breaker.Snapshot{Epoch: 2}); return err }(),
 		"AcquireProbe lease before now": func() error { _, err := s.AcquireProbe(ctx, "p", 1, 1, now, now); return err }(),
 		"AcquireProbe too many": func() error {
-			_, err := s.AcquireProbe(ctx, "p", 1, MaxProbeSlots+1, now, now.Add(time.Second))
+			_, err := s.AcquireProbe(ctx, "p", 1, maxProbeSlots+1, now, now.Add(time.Second))
 			return err
 		}(),
 		"AcquireProbe canceled": func() error { _, err := s.AcquireProbe(canceled, "p", 1, 1, now, now.Add(time.Second)); return err }(),

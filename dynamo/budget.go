@@ -14,48 +14,30 @@ import (
 	"github.com/herdguard/herdguard/internal/layout"
 )
 
-// BudgetStoreConfig holds a BudgetStore's optional settings. The zero value
-// is ready to use.
-type BudgetStoreConfig struct {
-	// OnRequest, if not nil, is called after every DynamoDB request the
-	// store makes, on the caller's goroutine: wire it to metrics to see the
-	// table's latency and errors. It must be fast and must not block.
-	OnRequest func(RequestInfo)
-}
-
 // BudgetStore is a budget.Store in a DynamoDB table: every Apply is one
 // conditional UpdateItem on the window shard's item. It is safe for
 // concurrent use and holds no lock.
 type BudgetStore struct {
 	api      API
 	table    string
-	cfg      BudgetStoreConfig
+	cfg      StoreOptions
 	counters counters
 }
 
 var _ budget.Store = (*BudgetStore)(nil)
 
 // NewBudgetStore returns a store that keeps budget allowances in table,
-// which must have the layout CreateTable creates.
-func NewBudgetStore(api API, table string, cfg BudgetStoreConfig) (*BudgetStore, error) {
-	if api == nil {
-		return nil, errors.New("herdguard: dynamo: NewBudgetStore: api is nil")
+// which must have the layout CreateTable creates. A nil api or a table
+// name DynamoDB would reject is a *herdguard.ConfigError.
+func NewBudgetStore(api API, table string, o StoreOptions) (*BudgetStore, error) {
+	if err := checkStoreArgs("NewBudgetStore", api, table); err != nil {
+		return nil, err
 	}
-	if err := validateTableName(table); err != nil {
-		return nil, fmt.Errorf("herdguard: dynamo: NewBudgetStore: %w", err)
-	}
-	return &BudgetStore{api: api, table: table, cfg: cfg}, nil
+	return &BudgetStore{api: api, table: table, cfg: o}, nil
 }
 
 // Stats returns the store's cumulative request counts.
 func (s *BudgetStore) Stats() Stats { return s.counters.stats() }
-
-// Reads returns Stats().Reads. With Writes it matches the counters of
-// package local's stores, so that a simulation can count either.
-func (s *BudgetStore) Reads() int64 { return s.counters.reads.Load() }
-
-// Writes returns Stats().Writes.
-func (s *BudgetStore) Writes() int64 { return s.counters.writes.Load() }
 
 // Apply performs u on the item for k with one UpdateItem:
 //
@@ -66,14 +48,14 @@ func (s *BudgetStore) Writes() int64 { return s.counters.writes.Load() }
 //
 //	allowance BETWEEN :lo AND :max
 //
-// where lo = max(need, 0) and max = MaxAmount, preceded by
+// where lo = max(need, 0) and max = 2^53, preceded by
 // "attribute_not_exists(allowance) OR" when the Floor alone covers need.
 // A refusal (ConditionalCheckFailedException) carries the item as it
 // stands, so the allowance returned with budget.ErrInsufficient costs no
 // extra read.
 //
 // A malformed allowance never funds a retry, but not every one is stopped
-// by the condition. One of another type, negative or above MaxAmount fails
+// by the condition. One of another type, negative or above 2^53 fails
 // it (BETWEEN holds for numbers in range only): the update is not applied,
 // and the item the refusal brings back is reported as a
 // *MalformedItemError. A fraction in range, such as 10.5, passes it, since
@@ -129,8 +111,8 @@ func applyExpression(u budget.Update) (expression.Expression, error) {
 		name string
 		v    int64
 	}{{"Floor", u.Floor}, {"Deposit", u.Deposit}, {"Take", u.Take}} {
-		if f.v < 0 || f.v > MaxAmount {
-			return expression.Expression{}, fmt.Errorf("update %s is %d, want [0, %d]", f.name, f.v, MaxAmount)
+		if f.v < 0 || f.v > maxAmount {
+			return expression.Expression{}, fmt.Errorf("update %s is %d, want [0, %d]", f.name, f.v, maxAmount)
 		}
 	}
 	exp, err := ttlSeconds("update Expires", u.Expires)
@@ -143,13 +125,13 @@ func applyExpression(u budget.Update) (expression.Expression, error) {
 		Set(expression.Name(layout.AttrExpires), numberValue(exp))
 
 	// The stored allowance must cover need and be a sane number: a value
-	// of another type, or outside [0, MaxAmount], fails the condition, so
+	// of another type, or outside [0, 2^53], fails the condition, so
 	// that the refusal brings the item back and it is reported as
 	// malformed instead of being granted from. A fraction in range passes
 	// (no condition can test for a whole number); decoding the new value
 	// reports it. A missing allowance stands for the floor.
 	need := u.Take - u.Deposit
-	cond := allowance.Between(numberValue(max(need, 0)), numberValue(MaxAmount))
+	cond := allowance.Between(numberValue(max(need, 0)), numberValue(maxAmount))
 	if u.Floor >= need {
 		cond = expression.Or(allowance.AttributeNotExists(), cond)
 	}
@@ -165,7 +147,7 @@ func applyExpression(u budget.Update) (expression.Expression, error) {
 // (the item was just written).
 func allowanceOf(key string, attrs map[string]types.AttributeValue, floor int64) (int64, error) {
 	it := item{key: key, attrs: attrs}
-	v, ok, err := it.int64In(layout.AttrAllowance, 0, MaxAmount)
+	v, ok, err := it.int64In(layout.AttrAllowance, 0, maxAmount)
 	switch {
 	case err != nil:
 		return 0, err

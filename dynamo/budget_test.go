@@ -17,7 +17,7 @@ import (
 
 func newFakeBudgetStore(t *testing.T, f *fakeAPI) *BudgetStore {
 	t.Helper()
-	s, err := NewBudgetStore(f, "herdguard", BudgetStoreConfig{})
+	s, err := NewBudgetStore(f, "herdguard", StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,10 +35,10 @@ func take(n int64) budget.Update {
 }
 
 func TestNewBudgetStoreValidates(t *testing.T) {
-	if _, err := NewBudgetStore(nil, "herdguard", BudgetStoreConfig{}); err == nil || !strings.Contains(err.Error(), "api is nil") {
+	if _, err := NewBudgetStore(nil, "herdguard", StoreOptions{}); err == nil || !strings.Contains(err.Error(), "api is nil") {
 		t.Errorf("NewBudgetStore(nil api) error = %v", err)
 	}
-	if _, err := NewBudgetStore(&fakeAPI{}, "x", BudgetStoreConfig{}); err == nil || !strings.Contains(err.Error(), "table name") {
+	if _, err := NewBudgetStore(&fakeAPI{}, "x", StoreOptions{}); err == nil || !strings.Contains(err.Error(), "table name") {
 		t.Errorf("NewBudgetStore(table x) error = %v", err)
 	}
 }
@@ -69,8 +69,8 @@ func TestBudgetApplyRequest(t *testing.T) {
 	if st := s.Stats(); st != (Stats{Writes: 1}) {
 		t.Errorf("Stats = %+v, want one write", st)
 	}
-	if s.Reads() != 0 || s.Writes() != 1 {
-		t.Errorf("Reads, Writes = %d, %d; want 0, 1", s.Reads(), s.Writes())
+	if s.Stats().Reads != 0 || s.Stats().Writes != 1 {
+		t.Errorf("Reads, Writes = %d, %d; want 0, 1", s.Stats().Reads, s.Stats().Writes)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/capacity"
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // itemSize returns the size DynamoDB bills for an item of string and
@@ -39,7 +40,7 @@ func itemSize(t *testing.T, a attrs) int {
 // read half a read unit, whatever the fleet's size. The breaker state
 // item, which holds the fleet's counts, is the largest.
 func TestItemsUnderOneWriteUnit(t *testing.T) {
-	name := strings.Repeat("n", budget.MaxNameLen)
+	name := strings.Repeat("n", names.MaxLen)
 	maxMs := nAV(strconv.FormatInt(maxUnixMilli, 10))
 
 	state := attrs{
@@ -76,18 +77,18 @@ func TestItemsUnderOneWriteUnit(t *testing.T) {
 		t.Fatalf("the largest override item does not decode: %v", err)
 	}
 	probe := attrs{
-		layout.AttrPK:         sAV(layout.ProbeKey(name, MaxProbeSlots-1)),
+		layout.AttrPK:         sAV(layout.ProbeKey(name, maxProbeSlots-1)),
 		layout.AttrEpoch:      nAV(strconv.FormatInt(maxEpoch, 10)),
 		layout.AttrLeaseUntil: maxMs,
 		layout.AttrExpires:    nAV(strconv.FormatInt(maxUnixMilli/1000+1, 10)),
 	}
-	bk, err := budgetKey(budget.Key{Name: name, Shard: MaxShards - 1, Window: time.UnixMilli(maxUnixMilli)})
+	bk, err := budgetKey(budget.Key{Name: name, Shard: maxShards - 1, Window: time.UnixMilli(maxUnixMilli)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	shard := attrs{
 		layout.AttrPK:        sAV(bk),
-		layout.AttrAllowance: nAV(strconv.FormatInt(MaxAmount, 10)),
+		layout.AttrAllowance: nAV(strconv.FormatInt(maxAmount, 10)),
 		layout.AttrExpires:   nAV(strconv.FormatInt(maxUnixMilli/1000+1, 10)),
 	}
 	if _, err := allowanceOf(bk, shard, -1); err != nil {

@@ -2,7 +2,6 @@ package dynamo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,34 +14,25 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/herdguard/herdguard"
 )
 
 // Defaults of ClientOptions.
 const (
-	// DefaultClientMaxAttempts allows one SDK retry per request. The stores'
-	// callers give each request a short deadline (50 ms by default), so a
-	// second retry would rarely fit, and herdguard's own layers decide what
-	// happens when the table fails.
-	DefaultClientMaxAttempts = 2
-	// DefaultClientMaxBackoff bounds the wait before the SDK retry.
-	DefaultClientMaxBackoff = 10 * time.Millisecond
-	// DefaultClientRetryQuota is the capacity of the client's own retry
-	// token bucket (the SDK's "retry quota": a retry costs 14 tokens, 5
-	// after throttling, and is refunded if it succeeds; a request that
-	// succeeds at once adds 1), so that a DynamoDB outage costs at most a
-	// few dozen extra requests per client before the SDK stops retrying.
-	DefaultClientRetryQuota = retry.DefaultRetryRateTokens
-	// DefaultDialTimeout bounds connecting to DynamoDB (TCP and TLS).
-	DefaultDialTimeout = time.Second
-	// DefaultRequestTimeout bounds one HTTP request for callers whose ctx
-	// has no deadline (table administration). Store calls have their own,
-	// much shorter deadline.
-	DefaultRequestTimeout = 5 * time.Second
+	// defaultClientMaxAttempts allows one SDK retry per request. The
+	// stores' callers give each request a short deadline (50 ms by
+	// default), so a second retry would rarely fit, and herdguard's own
+	// layers decide what happens when the table fails.
+	defaultClientMaxAttempts = 2
+	defaultClientMaxBackoff  = 10 * time.Millisecond
+	defaultClientRetryQuota  = retry.DefaultRetryRateTokens
+	defaultDialTimeout       = time.Second
+	defaultRequestTimeout    = 5 * time.Second
 )
 
 // ClientOptions configures NewClient. The zero value loads the default AWS
 // configuration (environment, shared files, the Lambda role) and applies the
-// defaults above.
+// defaults the fields document.
 type ClientOptions struct {
 	// Config is the AWS configuration to start from. Nil loads the default
 	// one with config.LoadDefaultConfig. Its retryer, retry settings and
@@ -58,19 +48,26 @@ type ClientOptions struct {
 	// Credentials overrides the configuration's credentials (DynamoDB Local
 	// accepts any static ones).
 	Credentials aws.CredentialsProvider
-	// MaxAttempts is 1 (no SDK retry) or 2 (one retry). Zero means
-	// DefaultClientMaxAttempts.
+	// MaxAttempts is 1 (no SDK retry) or 2 (one retry). Zero means 2: the
+	// stores' callers give each request a short deadline (50 ms by
+	// default), so a second retry would rarely fit, and herdguard's own
+	// layers decide what happens when the table fails.
 	MaxAttempts int
-	// MaxBackoff bounds the wait before the SDK retry. Zero means
-	// DefaultClientMaxBackoff.
+	// MaxBackoff bounds the wait before the SDK retry, at most 1 s. Zero
+	// means 10 ms.
 	MaxBackoff time.Duration
-	// RetryQuota is the capacity of the client's own retry token bucket.
-	// Zero means DefaultClientRetryQuota.
+	// RetryQuota is the capacity of the client's own retry token bucket
+	// (the SDK's retry quota: a retry costs 14 tokens, 5 after throttling,
+	// and is refunded if it succeeds; a request that succeeds at once adds
+	// 1), so that a DynamoDB outage costs at most a few dozen extra
+	// requests per client before the SDK stops retrying. Zero means the
+	// SDK's default, 500.
 	RetryQuota uint
-	// DialTimeout bounds connecting. Zero means DefaultDialTimeout.
+	// DialTimeout bounds connecting (TCP and TLS). Zero means 1 s.
 	DialTimeout time.Duration
-	// RequestTimeout bounds one HTTP request. Zero means
-	// DefaultRequestTimeout.
+	// RequestTimeout bounds one HTTP request for callers whose ctx has no
+	// deadline (table administration); store calls have their own, much
+	// shorter deadline. Zero means 5 s.
 	RequestTimeout time.Duration
 }
 
@@ -94,14 +91,14 @@ func NewClient(ctx context.Context, o ClientOptions) (*dynamodb.Client, error) {
 	} else {
 		var err error
 		if cfg, err = config.LoadDefaultConfig(ctx); err != nil {
-			return nil, fmt.Errorf("herdguard: dynamo: NewClient: loading the AWS configuration: %w", err)
+			return nil, fmt.Errorf("herdguard: dynamo.NewClient: loading the AWS configuration: %w", err)
 		}
 	}
 	if o.Region != "" {
 		cfg.Region = o.Region
 	}
 	if cfg.Region == "" {
-		return nil, errors.New("herdguard: dynamo: NewClient: no region: set ClientOptions.Region or AWS_REGION")
+		return nil, &herdguard.ConfigError{Field: "dynamo.ClientOptions.Region", Reason: "is empty, and so is the AWS configuration's: set it, or AWS_REGION"}
 	}
 	if o.Credentials != nil {
 		cfg.Credentials = o.Credentials
@@ -135,51 +132,39 @@ func NewClient(ctx context.Context, o ClientOptions) (*dynamodb.Client, error) {
 
 // fill validates o and replaces zero values with defaults.
 func (o *ClientOptions) fill() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("herdguard: dynamo: NewClient: "+format, args...)
+	bad := func(field, format string, args ...any) error {
+		return &herdguard.ConfigError{Field: "dynamo.ClientOptions." + field, Reason: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case o.MaxAttempts < 0 || o.MaxAttempts > 2:
-		return bad("MaxAttempts is %d, want 1 or 2 (at most one SDK retry), or 0 for the default", o.MaxAttempts)
+		return bad("MaxAttempts", "is %d; want 1 or 2 (at most one SDK retry), or 0 for the default", o.MaxAttempts)
 	case o.MaxBackoff < 0 || o.MaxBackoff > time.Second:
-		return bad("MaxBackoff is %s, want at most 1s, or 0 for the default", o.MaxBackoff)
+		return bad("MaxBackoff", "is %s; want at most 1s, or 0 for the default", o.MaxBackoff)
 	case o.DialTimeout < 0:
-		return bad("DialTimeout is %s, want a positive duration, or 0 for the default", o.DialTimeout)
+		return bad("DialTimeout", "is %s; want a positive duration, or 0 for the default", o.DialTimeout)
 	case o.RequestTimeout < 0:
-		return bad("RequestTimeout is %s, want a positive duration, or 0 for the default", o.RequestTimeout)
+		return bad("RequestTimeout", "is %s; want a positive duration, or 0 for the default", o.RequestTimeout)
 	}
 	if o.Endpoint != "" {
 		u, err := url.Parse(o.Endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return bad("Endpoint %q is not an http:// or https:// URL", o.Endpoint)
+			return bad("Endpoint", "%q is not an http:// or https:// URL", o.Endpoint)
 		}
 	}
 	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultClientMaxAttempts
+		o.MaxAttempts = defaultClientMaxAttempts
 	}
 	if o.MaxBackoff == 0 {
-		o.MaxBackoff = DefaultClientMaxBackoff
+		o.MaxBackoff = defaultClientMaxBackoff
 	}
 	if o.RetryQuota == 0 {
-		o.RetryQuota = DefaultClientRetryQuota
+		o.RetryQuota = defaultClientRetryQuota
 	}
 	if o.DialTimeout == 0 {
-		o.DialTimeout = DefaultDialTimeout
+		o.DialTimeout = defaultDialTimeout
 	}
 	if o.RequestTimeout == 0 {
-		o.RequestTimeout = DefaultRequestTimeout
+		o.RequestTimeout = defaultRequestTimeout
 	}
 	return nil
-}
-
-// CloseIdleConnections closes the idle connections of a client made by
-// NewClient (of any client whose HTTP client has such a method), for tests
-// that check for leaked goroutines. The client stays usable.
-func CloseIdleConnections(c *dynamodb.Client) {
-	if c == nil {
-		return
-	}
-	if h, ok := c.Options().HTTPClient.(interface{ CloseIdleConnections() }); ok {
-		h.CloseIdleConnections()
-	}
 }

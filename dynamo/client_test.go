@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/herdguard/herdguard"
 )
 
 func TestClientOptionsValidation(t *testing.T) {
@@ -30,10 +31,12 @@ func TestClientOptionsValidation(t *testing.T) {
 		{ClientOptions{Endpoint: "localhost:8000"}, "Endpoint"},
 		{ClientOptions{Endpoint: "ftp://localhost:8000"}, "Endpoint"},
 		{ClientOptions{Endpoint: "http://"}, "Endpoint"},
-		{ClientOptions{Config: &aws.Config{}}, "no region"},
+		{ClientOptions{Config: &aws.Config{}}, "Region is empty"},
 	} {
-		if _, err := NewClient(t.Context(), c.o); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("NewClient(%+v) error = %v, want one containing %q", c.o, err, c.want)
+		_, err := NewClient(t.Context(), c.o)
+		var ce *herdguard.ConfigError
+		if !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), "herdguard: dynamo.ClientOptions."+c.want) {
+			t.Errorf("NewClient(%+v) error = %v, want a *herdguard.ConfigError starting with dynamo.ClientOptions.%s", c.o, err, c.want)
 		}
 	}
 }
@@ -47,19 +50,18 @@ func TestClientDefaults(t *testing.T) {
 	if o.Region != "eu-west-1" || aws.ToString(o.BaseEndpoint) != "http://127.0.0.1:1" {
 		t.Errorf("region %q endpoint %q", o.Region, aws.ToString(o.BaseEndpoint))
 	}
-	if got := o.Retryer.MaxAttempts(); got != DefaultClientMaxAttempts {
-		t.Errorf("MaxAttempts = %d, want %d", got, DefaultClientMaxAttempts)
+	if got := o.Retryer.MaxAttempts(); got != 2 {
+		t.Errorf("MaxAttempts = %d, want 2 (one SDK retry)", got)
 	}
 	hc, ok := o.HTTPClient.(*http.Client)
 	if !ok {
 		t.Fatalf("HTTPClient is %T, want *http.Client", o.HTTPClient)
 	}
 	tr := hc.Transport.(*http.Transport)
-	if hc.Timeout != DefaultRequestTimeout || tr.ResponseHeaderTimeout != DefaultRequestTimeout || tr.TLSHandshakeTimeout != DefaultDialTimeout {
-		t.Errorf("timeouts: client %v, response header %v, TLS %v", hc.Timeout, tr.ResponseHeaderTimeout, tr.TLSHandshakeTimeout)
+	if hc.Timeout != 5*time.Second || tr.ResponseHeaderTimeout != 5*time.Second || tr.TLSHandshakeTimeout != time.Second {
+		t.Errorf("timeouts: client %v, response header %v, TLS %v; want 5s, 5s, 1s", hc.Timeout, tr.ResponseHeaderTimeout, tr.TLSHandshakeTimeout)
 	}
-	CloseIdleConnections(c)
-	CloseIdleConnections(nil)
+	hc.CloseIdleConnections()
 }
 
 // fakeDynamoDB is an HTTP server answering every request with status and
@@ -86,7 +88,7 @@ func testClient(t *testing.T, cfg *aws.Config, endpoint string, o ClientOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { CloseIdleConnections(c) })
+	t.Cleanup(c.Options().HTTPClient.(*http.Client).CloseIdleConnections)
 	return c
 }
 

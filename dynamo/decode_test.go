@@ -201,7 +201,7 @@ func TestAllowanceOf(t *testing.T) {
 		{attrs{"expires": nAV("1")}, 7, 7},
 		{attrs{"allowance": nAV("0")}, 7, 0},
 		{attrs{"allowance": nAV("12")}, -1, 12},
-		{attrs{"allowance": nAV("9007199254740992")}, -1, MaxAmount},
+		{attrs{"allowance": nAV("9007199254740992")}, -1, maxAmount},
 	} {
 		got, err := allowanceOf(key, c.attrs, c.floor)
 		if err != nil || got != c.want {

@@ -7,9 +7,15 @@
 //
 // # Setting up
 //
+// Package fleet builds an Executor over these stores in one call:
+//
 //	api, err := dynamo.NewClient(ctx, dynamo.ClientOptions{}) // ≤ 1 SDK retry, its own retry quota and pool
-//	budgets, err := dynamo.NewBudgetStore(api, "herdguard", dynamo.BudgetStoreConfig{})
-//	breakers, err := dynamo.NewBreakerStore(api, "herdguard", dynamo.BreakerStoreConfig{})
+//	exec, err := fleet.New(ctx, api, "herdguard", "payments", fleet.Config{})
+//
+// The stores alone, for a stack of one's own:
+//
+//	budgets, err := dynamo.NewBudgetStore(api, "herdguard", dynamo.StoreOptions{})
+//	breakers, err := dynamo.NewBreakerStore(api, "herdguard", dynamo.StoreOptions{})
 //
 // The table is defined in template.yaml for deployments; CreateTable creates
 // the same one for tests and local development (see Spec). The stores need
@@ -25,8 +31,9 @@
 // # Item layout
 //
 // One table, partition key pk (string), no sort key, time to live on
-// expires (seconds since the Unix epoch), on-demand billing. Names pass
-// budget.ValidateName, so they never contain the separator '#', and the
+// expires (seconds since the Unix epoch), on-demand billing. Names of
+// budgets and breakers are letters, digits, '-', '_', '.' and ':' (see
+// budget.NewGlobal), so they never contain the separator '#', and the
 // prefixes keep budgets ("b#") and breakers ("c#") apart.
 //
 //	pk                                       attributes
@@ -59,7 +66,7 @@
 //
 //	BudgetStore.Apply         UpdateItem  SET allowance = if_not_exists(allowance, :floor) + :delta, expires = :exp
 //	                                      IF [attribute_not_exists(allowance) OR] allowance BETWEEN :lo AND :max
-//	                                      (lo = max(Take - Deposit, 0), max = MaxAmount; the OR part when Floor >= Take - Deposit)
+//	                                      (lo = max(Take - Deposit, 0), max = 2^53; the OR part when Floor >= Take - Deposit)
 //	BreakerStore.Load         BatchGetItem of c#<name> and c#<name>#override, eventually consistent
 //	BreakerStore.Report       UpdateItem  on c#<name>, slot i = bucket mod 10, one of:
 //	                                      add:   ADD r<i> :r, s<i> :s, f<i> :f, n<i> :n [SET watch_until = :w]
@@ -93,7 +100,7 @@
 // write never races with transitions, which do not touch it.
 //
 // BETWEEN holds only for numbers in range, so an allowance of another type,
-// negative or above MaxAmount fails Apply's condition and is not written
+// negative or above 2^53 fails Apply's condition and is not written
 // to. A fractional allowance in range (10.5) passes it: DynamoDB's
 // conditions cannot test a number for being whole. The update is then
 // applied, and decoding the result reports the *MalformedItemError. Apply

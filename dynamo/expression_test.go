@@ -131,7 +131,7 @@ func TestApplyExpressionRejects(t *testing.T) {
 		{budget.Update{Floor: -1, Expires: exp}, "Floor is -1"},
 		{budget.Update{Deposit: -1, Expires: exp}, "Deposit is -1"},
 		{budget.Update{Take: -1, Expires: exp}, "Take is -1"},
-		{budget.Update{Take: MaxAmount + 1, Expires: exp}, "Take is 9007199254740993"},
+		{budget.Update{Take: maxAmount + 1, Expires: exp}, "Take is 9007199254740993"},
 		{budget.Update{Take: 1}, "Expires is the zero time"},
 		{budget.Update{Take: 1, Expires: time.UnixMilli(-1000)}, "outside the years"},
 	} {
@@ -192,7 +192,7 @@ func TestReportExpression(t *testing.T) {
 }
 
 func TestValidateReport(t *testing.T) {
-	ok := breaker.Report{Epoch: maxEpoch, Bucket: maxBucket, Requests: MaxAmount, Successes: MaxAmount, Failures: MaxAmount, Samples: MaxAmount, WatchUntil: time.UnixMilli(maxUnixMilli)}
+	ok := breaker.Report{Epoch: maxEpoch, Bucket: maxBucket, Requests: maxAmount, Successes: maxAmount, Failures: maxAmount, Samples: maxAmount, WatchUntil: time.UnixMilli(maxUnixMilli)}
 	if err := validateReport("x", ok); err != nil {
 		t.Fatalf("validateReport(%+v) = %v", ok, err)
 	}
@@ -211,7 +211,7 @@ func TestValidateReport(t *testing.T) {
 		{"x", func(r *breaker.Report) { r.Bucket = maxBucket + 1 }, "bucket"},
 		{"x", func(r *breaker.Report) { r.Requests = -1 }, "requests -1"},
 		{"x", func(r *breaker.Report) { r.Successes = -1 }, "successes -1"},
-		{"x", func(r *breaker.Report) { r.Failures = MaxAmount + 1 }, "failures"},
+		{"x", func(r *breaker.Report) { r.Failures = maxAmount + 1 }, "failures"},
 		{"x", func(r *breaker.Report) { r.Samples = -1 }, "samples -1"},
 		{"x", func(r *breaker.Report) { r.WatchUntil = time.UnixMilli(-1) }, "watch-until"},
 	} {
@@ -307,7 +307,7 @@ func TestProbeExpression(t *testing.T) {
 		want       string
 	}{
 		{1, -1, now, now.Add(time.Second), "probe limit -1"},
-		{1, MaxProbeSlots + 1, now, now.Add(time.Second), "probe limit 65"},
+		{1, maxProbeSlots + 1, now, now.Add(time.Second), "probe limit 65"},
 		{maxEpoch + 1, 1, now, now.Add(time.Second), "epoch"},
 		{1, 1, now, now, "is not after now"},
 		{1, 1, now, now.Add(-time.Second), "is not after now"},

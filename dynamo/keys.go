@@ -6,6 +6,7 @@ import (
 
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // OverrideKeyPattern is an IAM StringLike pattern for the condition key
@@ -27,18 +28,19 @@ const OverrideKeyPattern = layout.OverrideKeyPattern
 // Bounds on values the stores write or accept. Anything outside them in an
 // item is reported as a *MalformedItemError rather than trusted.
 const (
-	// MaxShards bounds budget.Key.Shard. Sizing guidance is in the package
-	// documentation; a few shards suffice for thousands of retries a second.
-	MaxShards = 1 << 10
-	// MaxProbeSlots bounds the limit passed to BreakerStore.AcquireProbe.
+	// maxShards bounds budget.Key.Shard (1024). Sizing guidance is in the
+	// package documentation; a few shards suffice for thousands of retries
+	// a second.
+	maxShards = 1 << 10
+	// maxProbeSlots bounds the limit passed to BreakerStore.AcquireProbe.
 	// Each slot is an item, and a denied AcquireProbe costs one write per
 	// slot, so a half-open breaker should admit a handful of probes.
-	MaxProbeSlots = 64
-	// MaxAmount bounds budget.Update's Floor, Deposit and Take, and the
-	// allowance an item may hold: 2^53 retries in one window is far beyond
+	maxProbeSlots = 64
+	// maxAmount (2^53) bounds budget.Update's Floor, Deposit and Take, and
+	// the allowance an item may hold: 2^53 retries in one window is far beyond
 	// any real budget, so a larger stored value is reported as malformed
 	// rather than granted from.
-	MaxAmount    = 1 << 53
+	maxAmount    = 1 << 53
 	maxEpoch     = 1 << 53         // a transition a second for 285 million years
 	maxReopens   = 1<<31 - 1       // fits any int
 	maxUnixMilli = 253402300799999 // 9999-12-31T23:59:59.999Z
@@ -46,17 +48,17 @@ const (
 	// by a bucket width of at least one millisecond.
 	maxBucket = maxUnixMilli
 	// maxCount bounds a bucket's stored counts: Reports add at most
-	// MaxAmount each, so only a hand-edited item gets near it.
+	// maxAmount each, so only a hand-edited item gets near it.
 	maxCount = 1<<63 - 1
 )
 
 // budgetKey returns "b#<name>#<shard>#<windowStartUnixMilli>".
 func budgetKey(k budget.Key) (string, error) {
-	if err := budget.ValidateName(k.Name); err != nil {
+	if err := names.Validate(k.Name); err != nil {
 		return "", err
 	}
-	if k.Shard < 0 || k.Shard >= MaxShards {
-		return "", fmt.Errorf("herdguard: dynamo: budget %q: shard %d out of range [0, %d)", k.Name, k.Shard, MaxShards)
+	if k.Shard < 0 || k.Shard >= maxShards {
+		return "", fmt.Errorf("herdguard: dynamo: budget %q: shard %d out of range [0, %d)", k.Name, k.Shard, maxShards)
 	}
 	ms, err := unixMilli("window", k.Window)
 	if err != nil {

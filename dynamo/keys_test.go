@@ -11,6 +11,7 @@ import (
 	"github.com/herdguard/herdguard/budget"
 
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 func TestBudgetKey(t *testing.T) {
@@ -20,7 +21,7 @@ func TestBudgetKey(t *testing.T) {
 		want string
 	}{
 		{budget.Key{Name: "payments", Shard: 0, Window: w}, "b#payments#0#1700000000000"},
-		{budget.Key{Name: "a.b-c_d:e", Shard: MaxShards - 1, Window: w.Add(10 * time.Second)}, "b#a.b-c_d:e#1023#1700000010000"},
+		{budget.Key{Name: "a.b-c_d:e", Shard: maxShards - 1, Window: w.Add(10 * time.Second)}, "b#a.b-c_d:e#1023#1700000010000"},
 		{budget.Key{Name: "x", Shard: 3, Window: time.UnixMilli(0)}, "b#x#3#0"},
 		// Sub-millisecond parts and locations do not change the key.
 		{budget.Key{Name: "x", Window: w.Add(999 * time.Microsecond).In(time.FixedZone("X", 3600))}, "b#x#0#1700000000000"},
@@ -43,9 +44,9 @@ func TestBudgetKeyRejects(t *testing.T) {
 		{budget.Key{Name: "a/b", Window: w}, "'/'"},
 		{budget.Key{Name: "caf\xe9", Window: w}, "character"},
 		{budget.Key{Name: "tab\tname", Window: w}, "character"},
-		{budget.Key{Name: strings.Repeat("n", budget.MaxNameLen+1), Window: w}, "bytes long"},
+		{budget.Key{Name: strings.Repeat("n", names.MaxLen+1), Window: w}, "bytes long"},
 		{budget.Key{Name: "x", Shard: -1, Window: w}, "shard -1"},
-		{budget.Key{Name: "x", Shard: MaxShards, Window: w}, "shard 1024"},
+		{budget.Key{Name: "x", Shard: maxShards, Window: w}, "shard 1024"},
 		{budget.Key{Name: "x"}, "zero time"},
 		{budget.Key{Name: "x", Window: time.UnixMilli(-1)}, "outside"},
 		{budget.Key{Name: "x", Window: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, "outside"},
@@ -61,7 +62,7 @@ func TestBudgetKeyRejects(t *testing.T) {
 // names that look like the layout's own suffixes, and checks that no two
 // distinct (kind, name, ...) tuples share a key.
 func TestKeysNeverCollide(t *testing.T) {
-	names := []string{"a", "b", "ab", "a:b", "override", "w", "p", "0", "a.override", "c", "b.0", "payments"}
+	keyNames := []string{"a", "b", "ab", "a:b", "override", "w", "p", "0", "a.override", "c", "b.0", "payments"}
 	windows := []int64{0, 1, 10, 1_700_000_000_000}
 	seen := map[string]string{}
 	add := func(key, what string) {
@@ -70,7 +71,7 @@ func TestKeysNeverCollide(t *testing.T) {
 		}
 		seen[key] = what
 	}
-	for _, n := range names {
+	for _, n := range keyNames {
 		add(layout.StateKey(n), "state "+n)
 		add(layout.OverrideKey(n), "override "+n)
 		for _, w := range windows {
@@ -143,7 +144,7 @@ func TestOverrideKeyPattern(t *testing.T) {
 		t.Errorf("OverrideKeyPattern = %q; SECURITY.md and template.yaml spell it c#*#override", OverrideKeyPattern)
 	}
 	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:"
-	names := rapid.Custom(func(t *rapid.T) string {
+	nameGen := rapid.Custom(func(t *rapid.T) string {
 		// Names that end like the suffix or embed it are the interesting ones.
 		base := rapid.StringOfN(rapid.SampledFrom([]rune(alphabet)), 1, 40, -1).Draw(t, "base")
 		switch rapid.IntRange(0, 3).Draw(t, "shape") {
@@ -157,19 +158,19 @@ func TestOverrideKeyPattern(t *testing.T) {
 		return base
 	})
 	rapid.Check(t, func(t *rapid.T) {
-		name := names.Draw(t, "name")
-		if err := budget.ValidateName(name); err != nil {
+		name := nameGen.Draw(t, "name")
+		if err := names.Validate(name); err != nil {
 			t.Fatalf("generated name %q is invalid: %v", name, err)
 		}
 		if k := layout.OverrideKey(name); !stringLike(OverrideKeyPattern, k) {
 			t.Fatalf("pattern %q misses the override key %q", OverrideKeyPattern, k)
 		}
 		ms := rapid.Int64Range(0, maxUnixMilli).Draw(t, "ms")
-		bk, err := budgetKey(budget.Key{Name: name, Shard: rapid.IntRange(0, MaxShards-1).Draw(t, "shard"), Window: time.UnixMilli(ms)})
+		bk, err := budgetKey(budget.Key{Name: name, Shard: rapid.IntRange(0, maxShards-1).Draw(t, "shard"), Window: time.UnixMilli(ms)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{layout.StateKey(name), layout.ProbeKey(name, rapid.IntRange(0, MaxProbeSlots-1).Draw(t, "slot")), bk} {
+		for _, k := range []string{layout.StateKey(name), layout.ProbeKey(name, rapid.IntRange(0, maxProbeSlots-1).Draw(t, "slot")), bk} {
 			if stringLike(OverrideKeyPattern, k) {
 				t.Fatalf("pattern %q matches %q, which is not an override item", OverrideKeyPattern, k)
 			}
@@ -194,13 +195,13 @@ func TestTTLSecondsRoundsUp(t *testing.T) {
 
 func TestValidateTableName(t *testing.T) {
 	for _, ok := range []string{"herdguard", "abc", "a.b-c_D9", strings.Repeat("t", 255)} {
-		if err := validateTableName(ok); err != nil {
-			t.Errorf("validateTableName(%q) = %v, want nil", ok, err)
+		if msg := checkTableName(ok); msg != "" {
+			t.Errorf("checkTableName(%q) = %q, want nothing wrong", ok, msg)
 		}
 	}
 	for _, bad := range []string{"", "ab", strings.Repeat("t", 256), "has space", "slash/", "hash#", "ünï"} {
-		if err := validateTableName(bad); err == nil {
-			t.Errorf("validateTableName(%q) = nil, want an error", bad)
+		if msg := checkTableName(bad); msg == "" {
+			t.Errorf("checkTableName(%q) found nothing wrong", bad)
 		}
 	}
 }

@@ -50,7 +50,7 @@ type Stats struct {
 }
 
 // RequestInfo describes one DynamoDB request a store made, for
-// BudgetStoreConfig.OnRequest and BreakerStoreConfig.OnRequest.
+// StoreOptions.OnRequest.
 type RequestInfo struct {
 	// Operation is the DynamoDB operation, such as "UpdateItem".
 	Operation string

@@ -9,11 +9,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/herdguard/herdguard"
 )
 
-// MaxTableWait bounds how long CreateTable and DeleteTable wait for the
+// maxTableWait bounds how long CreateTable and DeleteTable wait for the
 // table to become active or to disappear, when ctx allows longer.
-const MaxTableWait = 5 * time.Minute
+const maxTableWait = 5 * time.Minute
 
 // Waiter poll delays: DynamoDB Local is ready at once, the service in
 // seconds.
@@ -22,25 +23,26 @@ const (
 	tableWaitMaxDelay = 5 * time.Second
 )
 
-// validateTableName applies DynamoDB's rules for table names, so that a
-// typo is reported when a store is built rather than on its first call.
-func validateTableName(table string) error {
+// checkTableName applies DynamoDB's rules for table names, so that a typo
+// is reported when a store is built rather than on its first call. It
+// returns what is wrong, or "".
+func checkTableName(table string) string {
 	if len(table) < 3 || len(table) > 255 {
-		return fmt.Errorf("table name %q must be 3 to 255 characters long", table)
+		return fmt.Sprintf("%q is %d characters long; DynamoDB table names have 3 to 255", table, len(table))
 	}
 	for i := 0; i < len(table); i++ {
 		switch c := table[i]; {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
 		default:
-			return fmt.Errorf("table name %q has a character %q at byte %d; DynamoDB allows letters, digits, '_', '-' and '.'", table, c, i)
+			return fmt.Sprintf("%q has a character %q at byte %d; DynamoDB allows letters, digits, '_', '-' and '.'", table, c, i)
 		}
 	}
-	return nil
+	return ""
 }
 
 // CreateTable creates the table the stores use (see Spec): partition key
 // "pk" (string), on-demand billing, time to live on "expires". It waits,
-// within ctx and at most MaxTableWait, until the table is active, then
+// within ctx and at most 5 minutes, until the table is active, then
 // enables time to live. It is idempotent: an existing table with the right
 // key is accepted (whatever its billing mode), and time to live already
 // enabled on "expires" is left alone. An existing table with another key,
@@ -50,10 +52,10 @@ func validateTableName(table string) error {
 // table from template.yaml.
 func CreateTable(ctx context.Context, api TableAPI, table string) error {
 	if api == nil {
-		return errors.New("herdguard: dynamo: CreateTable: api is nil")
+		return &herdguard.ConfigError{Field: "dynamo.CreateTable api", Reason: "is nil"}
 	}
-	if err := validateTableName(table); err != nil {
-		return fmt.Errorf("herdguard: dynamo: CreateTable: %w", err)
+	if msg := checkTableName(table); msg != "" {
+		return &herdguard.ConfigError{Field: "dynamo.CreateTable table", Reason: msg}
 	}
 	spec := Spec()
 	_, err := api.CreateTable(ctx, &dynamodb.CreateTableInput{
@@ -87,10 +89,10 @@ func CreateTable(ctx context.Context, api TableAPI, table string) error {
 	return nil
 }
 
-// waitBound is the longest a waiter may wait: MaxTableWait, or less if ctx
+// waitBound is the longest a waiter may wait: maxTableWait, or less if ctx
 // ends sooner.
 func waitBound(ctx context.Context) time.Duration {
-	d := MaxTableWait
+	d := maxTableWait
 	if dl, ok := ctx.Deadline(); ok {
 		if left := time.Until(dl); left < d {
 			d = max(left, time.Millisecond)
@@ -175,14 +177,14 @@ func ttlEnabled(ctx context.Context, api TableAPI, table, attr string) (bool, er
 }
 
 // DeleteTable deletes the table and waits, within ctx and at most
-// MaxTableWait, until it is gone. A table that does not exist is not an
+// 5 minutes, until it is gone. A table that does not exist is not an
 // error. It is meant for tests.
 func DeleteTable(ctx context.Context, api TableAPI, table string) error {
 	if api == nil {
-		return errors.New("herdguard: dynamo: DeleteTable: api is nil")
+		return &herdguard.ConfigError{Field: "dynamo.DeleteTable api", Reason: "is nil"}
 	}
-	if err := validateTableName(table); err != nil {
-		return fmt.Errorf("herdguard: dynamo: DeleteTable: %w", err)
+	if msg := checkTableName(table); msg != "" {
+		return &herdguard.ConfigError{Field: "dynamo.DeleteTable table", Reason: msg}
 	}
 	_, err := api.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(table)})
 	var notFound *types.ResourceNotFoundException

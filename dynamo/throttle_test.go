@@ -45,12 +45,12 @@ func TestThrottlingIsErrThrottled(t *testing.T) {
 					return nil, wrap("UpdateItem", c.err)
 				},
 			}
-			bs, err := NewBudgetStore(api, "herdguard", BudgetStoreConfig{})
+			bs, err := NewBudgetStore(api, "herdguard", StoreOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			var seen []error
-			cs, err := NewBreakerStore(api, "herdguard", BreakerStoreConfig{OnRequest: func(ri RequestInfo) { seen = append(seen, ri.Err) }})
+			cs, err := NewBreakerStore(api, "herdguard", StoreOptions{OnRequest: func(ri RequestInfo) { seen = append(seen, ri.Err) }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +104,7 @@ func TestLoadUnprocessedIsErrThrottled(t *testing.T) {
 			UnprocessedKeys: map[string]types.KeysAndAttributes{"herdguard": {Keys: []map[string]types.AttributeValue{{"pk": sAV("c#p")}}}},
 		}, nil
 	}}
-	cs, err := NewBreakerStore(api, "herdguard", BreakerStoreConfig{})
+	cs, err := NewBreakerStore(api, "herdguard", StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,11 +141,11 @@ func TestStatsAddConsumedCapacity(t *testing.T) {
 			return &dynamodb.UpdateItemOutput{ConsumedCapacity: units(1)}, nil
 		},
 	}
-	bs, err := NewBudgetStore(api, "herdguard", BudgetStoreConfig{})
+	bs, err := NewBudgetStore(api, "herdguard", StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := NewBreakerStore(api, "herdguard", BreakerStoreConfig{})
+	cs, err := NewBreakerStore(api, "herdguard", StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,17 +17,17 @@
 //
 //	rec, err := emf.New(os.Stdout, emf.Options{Namespace: "Herdguard",
 //		Dimensions: map[string]string{"FunctionName": fn, "Partner": "payments"}})
-//	br, err := breaker.New("payments", breaker.Settings{Store: ..., OnStoreError: rec.BreakerStoreError,
-//		OnStateChange: func(c breaker.StateChange) { rec.Transition(c.From, c.To, c.Origin == breaker.OriginWrote) }})
-//	exec, err := retry.New(retry.Config{Budgets: ..., Breaker: br,
-//		OnRetry: rec.Retry, OnBudgetExhausted: rec.BudgetExhausted, OnStoreError: rec.StoreError, OnGiveUp: rec.GiveUp})
+//	cfg := fleet.Config{}
+//	rec.Instrument(&cfg.Retry, &cfg.Breaker) // or a retry.Config and breaker.Settings of your own
+//	exec, err := fleet.New(ctx, api, table, "payments", cfg)
 //	// at the end of every invocation, after exec.Flush:
 //	err = rec.Flush()
 //
 // The metrics, all of unit Count and summed over the flush:
 //
 //   - Retries: retries the budgets granted (OnRetry).
-//   - BudgetExhausted: retries a budget refused (OnBudgetExhausted).
+//   - BudgetExhausted: retries a budget refused (OnGiveUp with Reason
+//     BudgetExhausted).
 //   - BreakerRejected: calls or retries the breaker refused, the open state
 //     doing its job (OnGiveUp with Reason BreakerOpen).
 //   - BudgetStoreErrors, BreakerStoreErrors: faults of the budgets' and the
@@ -38,7 +38,8 @@
 //     breaker every environment that learns of a fleet transition counts
 //     it, so their sum over the fleet is the number of environments told.
 //   - BreakerOpenedWritten, BreakerHalfOpenedWritten, BreakerClosedWritten:
-//     those of them this environment made itself (Transition's wrote): with
+//     those of them this environment decided itself rather than followed
+//     (StateChange.Origin is not breaker.OriginFollowed): with
 //     a shared breaker, one per fleet transition, whatever the fleet's size.
 //
 // A Recorder is safe for concurrent use. Keep one per partner, like its
@@ -55,6 +56,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/retry"
@@ -120,27 +122,28 @@ type Recorder struct {
 	exhausted map[string]struct{} // names of the budgets that refused; guarded by mu
 }
 
-// New returns a Recorder that writes to w (os.Stdout in Lambda).
+// New returns a Recorder that writes to w (os.Stdout in Lambda). A nil w
+// or Options CloudWatch would reject is a *herdguard.ConfigError.
 func New(w io.Writer, o Options) (*Recorder, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("herdguard: emf: Options."+format, args...)
+	bad := func(field, format string, args ...any) error {
+		return &herdguard.ConfigError{Field: "emf." + field, Reason: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case w == nil:
-		return nil, errors.New("herdguard: emf: the writer is nil")
+		return nil, bad("New w", "is nil")
 	case o.Namespace == "" || len(o.Namespace) > maxNameLen:
-		return nil, bad("Namespace %q: want 1 to %d characters", o.Namespace, maxNameLen)
+		return nil, bad("Options.Namespace", "is %q; want 1 to %d characters", o.Namespace, maxNameLen)
 	case len(o.Dimensions) > maxDimensions:
-		return nil, bad("Dimensions has %d entries, more than EMF's %d", len(o.Dimensions), maxDimensions)
+		return nil, bad("Options.Dimensions", "has %d entries, more than EMF's %d", len(o.Dimensions), maxDimensions)
 	}
 	for k, v := range o.Dimensions {
 		switch {
 		case k == "" || len(k) > maxNameLen || k == "_aws":
-			return nil, bad("Dimensions: name %q: want 1 to %d characters, not _aws", k, maxNameLen)
+			return nil, bad("Options.Dimensions", "has a name %q; want 1 to %d characters, not _aws", k, maxNameLen)
 		case slices.Contains(metricOrder, k) || k == propExhaustedBudgets:
-			return nil, bad("Dimensions: name %q is a metric's", k)
+			return nil, bad("Options.Dimensions", "has a name %q that is a metric's", k)
 		case v == "" || len(v) > maxNameLen:
-			return nil, bad("Dimensions[%q] = %q: want 1 to %d characters", k, v, maxNameLen)
+			return nil, bad("Options.Dimensions", "[%q] is %q; want 1 to %d characters", k, v, maxNameLen)
 		}
 	}
 	r := &Recorder{
@@ -161,53 +164,90 @@ func New(w io.Writer, o Options) (*Recorder, error) {
 	return r, nil
 }
 
-// Retry counts a granted retry; it is a retry.Config.OnRetry.
-func (r *Recorder) Retry(retry.RetryEvent) { r.add(mRetries) }
-
-// BudgetExhausted counts a refused retry; it is a
-// retry.Config.OnBudgetExhausted. The refusing budget's name is listed in
-// the flushed object's ExhaustedBudgets property (a log field, not a
-// dimension: it costs no extra metric).
-func (r *Recorder) BudgetExhausted(ex *budget.ExhaustedError) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.counts[mBudgetExhausted]++
-	if ex != nil && ex.Budget != "" {
-		r.exhausted[ex.Budget] = struct{}{}
+// Instrument makes the Recorder count what the hooks of an Executor's
+// configuration and of a breaker's settings report, before it is built:
+// cfg's OnRetry (Retries), OnGiveUp (BreakerRejected, BudgetExhausted and
+// the refusing budgets) and OnStoreError (BudgetStoreErrors); s's
+// OnStateChange (BreakerOpened, ...) and OnStoreError (BreakerStoreErrors).
+// A hook already set is kept and called after the Recorder has counted.
+// Either argument may be nil. With package fleet:
+//
+//	cfg := fleet.Config{}
+//	rec.Instrument(&cfg.Retry, &cfg.Breaker)
+//	exec, err := fleet.New(ctx, api, table, "payments", cfg)
+func (r *Recorder) Instrument(cfg *retry.Config, s *breaker.Settings) {
+	if cfg != nil {
+		onRetry, onGiveUp, onStoreError := cfg.OnRetry, cfg.OnGiveUp, cfg.OnStoreError
+		cfg.OnRetry = func(ev retry.RetryEvent) {
+			r.add(mRetries)
+			if onRetry != nil {
+				onRetry(ev)
+			}
+		}
+		cfg.OnGiveUp = func(gu *retry.GiveUpError) {
+			r.giveUp(gu)
+			if onGiveUp != nil {
+				onGiveUp(gu)
+			}
+		}
+		cfg.OnStoreError = func(layer int, err error) {
+			r.add(mBudgetStoreErrors)
+			if onStoreError != nil {
+				onStoreError(layer, err)
+			}
+		}
+	}
+	if s != nil {
+		onStateChange, onStoreError := s.OnStateChange, s.OnStoreError
+		s.OnStateChange = func(c breaker.StateChange) {
+			r.stateChange(c)
+			if onStateChange != nil {
+				onStateChange(c)
+			}
+		}
+		s.OnStoreError = func(op string, err error) {
+			r.add(mBreakerStoreErrors)
+			if onStoreError != nil {
+				onStoreError(op, err)
+			}
+		}
 	}
 }
 
-// StoreError counts a fault of a budget's store; it is a
-// retry.Config.OnStoreError.
-func (r *Recorder) StoreError(int, error) { r.add(mBudgetStoreErrors) }
-
-// GiveUp counts the calls the breaker refused; it is a
-// retry.Config.OnGiveUp. Other give-ups are the caller's to count (budget
-// refusals are counted by BudgetExhausted).
-func (r *Recorder) GiveUp(ev retry.GiveUpEvent) {
-	if ev.Reason == retry.BreakerOpen {
+// giveUp counts the calls the breaker refused and the retries a budget
+// refused, with the refusing budget's name (listed in the flushed object's
+// ExhaustedBudgets property: a log field, not a dimension, so it costs no
+// extra metric). Other give-ups are the caller's to count.
+func (r *Recorder) giveUp(gu *retry.GiveUpError) {
+	switch gu.Reason {
+	case retry.BreakerOpen:
 		r.add(mBreakerRejected)
+	case retry.BudgetExhausted:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.counts[mBudgetExhausted]++
+		var ex *budget.ExhaustedError
+		if errors.As(gu.Cause, &ex) && ex.Budget != "" {
+			r.exhausted[ex.Budget] = struct{}{}
+		}
 	}
 }
 
-// BreakerStoreError counts a fault of the breaker's store; it is a
-// breaker.Settings.OnStoreError.
-func (r *Recorder) BreakerStoreError(string, error) { r.add(mBreakerStoreErrors) }
-
-// Transition counts a change of the breaker's state from from to to, seen
-// by this environment (breaker.Settings.OnStateChange). wrote says that this
-// environment made the change itself (for a shared breaker, wrote the fleet's
-// transition) rather than followed one made elsewhere; such a change is also
-// counted in the metric named ...Written.
-func (r *Recorder) Transition(from, to breaker.State, wrote bool) {
-	names, ok := transitionNames[to]
-	if !ok || from == to {
+// stateChange counts a change of the breaker's state seen by this
+// environment. A change this environment decided itself rather than
+// followed (Origin OriginWrote: it wrote the fleet's transition; or
+// OriginLocal: a breaker without a Store, or one running on its local
+// state machine while its Store fails) is also counted in the metric named
+// ...Written.
+func (r *Recorder) stateChange(c breaker.StateChange) {
+	names, ok := transitionNames[c.To]
+	if !ok || c.From == c.To {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.counts[names[0]]++
-	if wrote {
+	if c.Origin != breaker.OriginFollowed {
 		r.counts[names[1]]++
 	}
 }

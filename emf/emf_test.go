@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/emf"
@@ -91,18 +93,17 @@ func TestFlushIsOneEMFObject(t *testing.T) {
 	var buf bytes.Buffer
 	r := newRecorder(t, &buf, at)
 	boom := errors.New("boom")
-	r.Retry(retry.RetryEvent{})
-	r.Retry(retry.RetryEvent{})
-	r.BudgetExhausted(&budget.ExhaustedError{Budget: "local-ratio"})
-	r.StoreError(1, boom)
-	r.BreakerStoreError("load", boom)
-	r.GiveUp(retry.GiveUpEvent{Reason: retry.BreakerOpen})
-	r.GiveUp(retry.GiveUpEvent{Reason: retry.AttemptsExhausted}) // not counted
-	r.GiveUp(retry.GiveUpEvent{Reason: retry.BudgetExhausted})   // counted by BudgetExhausted
-	r.Transition(breaker.Closed, breaker.Open, true)
-	r.Transition(breaker.Closed, breaker.Open, false)
-	r.Transition(breaker.Open, breaker.HalfOpen, false)
-	r.Transition(breaker.Open, breaker.Open, true) // no change
+	hooksOf(r).Retry(retry.RetryEvent{})
+	hooksOf(r).Retry(retry.RetryEvent{})
+	hooksOf(r).GiveUp(&retry.GiveUpError{Reason: retry.BudgetExhausted, Cause: &budget.ExhaustedError{Budget: "local-ratio"}})
+	hooksOf(r).StoreError(1, boom)
+	hooksOf(r).BreakerStoreError("load", boom)
+	hooksOf(r).GiveUp(&retry.GiveUpError{Reason: retry.BreakerOpen})
+	hooksOf(r).GiveUp(&retry.GiveUpError{Reason: retry.AttemptsExhausted}) // not counted
+	hooksOf(r).StateChange(breaker.StateChange{From: breaker.Closed, To: breaker.Open, Origin: breaker.OriginWrote})
+	hooksOf(r).StateChange(breaker.StateChange{From: breaker.Closed, To: breaker.Open, Origin: breaker.OriginFollowed})
+	hooksOf(r).StateChange(breaker.StateChange{From: breaker.Open, To: breaker.HalfOpen, Origin: breaker.OriginFollowed})
+	hooksOf(r).StateChange(breaker.StateChange{From: breaker.Open, To: breaker.Open, Origin: breaker.OriginWrote}) // no change
 	if err := r.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestFlushIsOneEMFObject(t *testing.T) {
 	if err := r.Flush(); err != nil || buf.Len() != 0 {
 		t.Errorf("empty flush wrote %q (%v)", buf.String(), err)
 	}
-	r.Transition(breaker.HalfOpen, breaker.Closed, true)
+	hooksOf(r).StateChange(breaker.StateChange{From: breaker.HalfOpen, To: breaker.Closed, Origin: breaker.OriginLocal})
 	if err := r.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestNewValidates(t *testing.T) {
 		o    emf.Options
 		want string
 	}{
-		{"nil writer", nil, emf.Options{Namespace: "N"}, "writer"},
+		{"nil writer", nil, emf.Options{Namespace: "N"}, "emf.New w"},
 		{"no namespace", &buf, emf.Options{}, "Namespace"},
 		{"long namespace", &buf, emf.Options{Namespace: long}, "Namespace"},
 		{"too many dimensions", &buf, emf.Options{Namespace: "N", Dimensions: many}, "Dimensions"},
@@ -183,8 +184,9 @@ func TestNewValidates(t *testing.T) {
 			} else {
 				_, err = emf.New(tc.w, tc.o)
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "herdguard: emf: ") {
-				t.Errorf("New = %v; want an error naming %s", err, tc.want)
+			var ce *herdguard.ConfigError
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "herdguard: emf.") {
+				t.Errorf("New = %v; want a *herdguard.ConfigError naming %s", err, tc.want)
 			}
 		})
 	}
@@ -192,7 +194,7 @@ func TestNewValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Retry(retry.RetryEvent{})
+	hooksOf(r).Retry(retry.RetryEvent{})
 	if err := r.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +212,7 @@ func TestFlushReportsWriteErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Retry(retry.RetryEvent{})
+	hooksOf(r).Retry(retry.RetryEvent{})
 	if err := r.Flush(); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Errorf("Flush = %v, want the writer's error", err)
 	}
@@ -227,8 +229,12 @@ func TestConcurrentCountsAndFlushes(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < 500; j++ {
-				r.Retry(retry.RetryEvent{})
-				r.Transition(breaker.Closed, breaker.Open, j%2 == 0)
+				hooksOf(r).Retry(retry.RetryEvent{})
+				o := breaker.OriginFollowed
+				if j%2 == 0 {
+					o = breaker.OriginWrote
+				}
+				hooksOf(r).StateChange(breaker.StateChange{From: breaker.Closed, To: breaker.Open, Origin: o})
 			}
 		}()
 		go func() {
@@ -256,13 +262,20 @@ func TestConcurrentCountsAndFlushes(t *testing.T) {
 	}
 }
 
-// TestHooksOfAnExecutor wires a Recorder into a real Executor and breaker:
-// what the Executor reports through its hooks is what the flush counts.
+// TestHooksOfAnExecutor wires a Recorder into a real Executor and breaker
+// with Instrument: what the Executor reports through its hooks is what the
+// flush counts, and the hooks set before Instrument still see it all.
 func TestHooksOfAnExecutor(t *testing.T) {
 	var buf bytes.Buffer
 	r := newRecorder(t, &buf, time.Now())
-	br, err := breaker.New("payments", breaker.Settings{ConsecutiveFailures: 3,
-		OnStateChange: func(c breaker.StateChange) { r.Transition(c.From, c.To, c.Origin != breaker.OriginFollowed) }})
+	var seen []string
+	s := breaker.Settings{ConsecutiveFailures: 3,
+		OnStateChange: func(c breaker.StateChange) { seen = append(seen, "change:"+c.To.String()) }}
+	cfg := retry.Config{MaxAttempts: 3, Idempotent: true, TransientBase: time.Microsecond, MaxDelay: time.Microsecond,
+		OnRetry:  func(retry.RetryEvent) { seen = append(seen, "retry") },
+		OnGiveUp: func(gu *retry.GiveUpError) { seen = append(seen, "giveup:"+gu.Reason.String()) }}
+	r.Instrument(&cfg, &s)
+	br, err := breaker.New("payments", s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,9 +288,8 @@ func TestHooksOfAnExecutor(t *testing.T) {
 		granted++
 		return nil
 	})
-	exec, err := retry.New(retry.Config{MaxAttempts: 3, Budgets: []budget.Budget{b}, Breaker: br,
-		TransientBase: time.Microsecond, MaxDelay: time.Microsecond,
-		OnRetry: r.Retry, OnBudgetExhausted: r.BudgetExhausted, OnStoreError: r.StoreError, OnGiveUp: r.GiveUp})
+	cfg.Budgets, cfg.Breaker = []budget.Budget{b}, br
+	exec, err := retry.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +308,10 @@ func TestHooksOfAnExecutor(t *testing.T) {
 			t.Errorf("%s = %v, want %v (all: %v)", k, values[k], v, values)
 		}
 	}
+	wantSeen := []string{"retry", "giveup:budget exhausted", "change:open", "giveup:breaker open", "giveup:breaker open"}
+	if !slices.Equal(seen, wantSeen) {
+		t.Errorf("the hooks set before Instrument saw %q, want %q", seen, wantSeen)
+	}
 }
 
 // budgetFunc is a budget whose AcquireRetry answers f().
@@ -309,3 +325,22 @@ func (f budgetFunc) AcquireRetry(context.Context, time.Time, budget.Kind) (budge
 	}
 	return nil, nil
 }
+
+// recHooks are the hooks Recorder.Instrument installs in an empty
+// configuration, called by the names of the metrics they feed.
+type recHooks struct {
+	c retry.Config
+	s breaker.Settings
+}
+
+func hooksOf(r *emf.Recorder) *recHooks {
+	h := &recHooks{}
+	r.Instrument(&h.c, &h.s)
+	return h
+}
+
+func (h *recHooks) Retry(ev retry.RetryEvent)              { h.c.OnRetry(ev) }
+func (h *recHooks) GiveUp(gu *retry.GiveUpError)           { h.c.OnGiveUp(gu) }
+func (h *recHooks) StoreError(layer int, err error)        { h.c.OnStoreError(layer, err) }
+func (h *recHooks) BreakerStoreError(op string, err error) { h.s.OnStoreError(op, err) }
+func (h *recHooks) StateChange(c breaker.StateChange)      { h.s.OnStateChange(c) }

@@ -19,13 +19,14 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/integration/faultproxy"
+	"github.com/herdguard/herdguard/internal/fakeclock"
+	"github.com/herdguard/herdguard/internal/faultproxy"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
 
 // These tests put a real SDK client (service/dynamodb) behind an
-// awsretry.Retryer: its partner is an application table in DynamoDB Local,
+// awsretry retryer: its partner is an application table in DynamoDB Local,
 // reached through the fault proxy, which injects throttling and HTTP 500s
 // and counts every request that reaches it. The retry budgets and the
 // breaker keep their state in a herdguard table reached directly, through
@@ -110,7 +111,7 @@ func (f *awsSDKFixture) retryEvents() []retry.RetryEvent {
 // herdguard table, reached through dynamo.NewClient without the proxy.
 func newFleetBudgets(t *testing.T, name string, localMin, globalFloor int, globalRatio float64, now func() time.Time) (*relCounting, *budget.Global) {
 	t.Helper()
-	store, err := dynamo.NewBudgetStore(relStoreClient(t, dynamoEndpoint), newTable(t), dynamo.BudgetStoreConfig{})
+	store, err := dynamo.NewBudgetStore(relStoreClient(t, dynamoEndpoint), newTable(t), dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func newFleetBudgets(t *testing.T, name string, localMin, globalFloor int, globa
 		t.Fatal(err)
 	}
 	g, err := budget.NewGlobal(store, name, budget.GlobalConfig{Ratio: globalRatio, Window: 10 * time.Second, Floor: globalFloor,
-		StoreTimeout: 2 * time.Second, Now: now})
+		StoreTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func newFleetBudgets(t *testing.T, name string, localMin, globalFloor int, globa
 func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 	t.Run("the local ratio binds", func(t *testing.T) {
 		f := newAWSSDKFixture(t)
-		clock := &relFakeClock{now: time.Now()} // never moved: the SDK sleeps on its own
+		clock := fakeclock.New(time.Now()) // never moved: the SDK sleeps on its own
 		// Local: at most max(3, 10% of requests) retries per window; the
 		// fleet's allows more (floor 10).
 		lr, global := newFleetBudgets(t, "awsretry-local", 3, 10, 0.1, clock.Now)
@@ -169,8 +170,8 @@ func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 		}
 		for i, err := range errs {
 			var ex *budget.ExhaustedError
-			if !errors.As(err, &ex) || ex.Budget != local.RatioLayer {
-				t.Errorf("call %d: %v; want a refusal by %s", i+1, err, local.RatioLayer)
+			if !errors.As(err, &ex) || ex.Budget != "local-ratio" {
+				t.Errorf("call %d: %v; want a refusal by %s", i+1, err, "local-ratio")
 				continue
 			}
 			var ise *types.InternalServerError
@@ -192,10 +193,10 @@ func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 
 	t.Run("the fleet budget binds", func(t *testing.T) {
 		f := newAWSSDKFixture(t)
-		clock := &relFakeClock{now: time.Now()} // never moved: the SDK sleeps on its own
+		clock := fakeclock.New(time.Now()) // never moved: the SDK sleeps on its own
 		// Local: generous. Fleet: a floor of 2 and a ratio too small to add
 		// a retry, so it grants exactly 2 in the window.
-		lr, global := newFleetBudgets(t, "awsretry-global", 100, 2, budget.MinGlobalRatio, clock.Now)
+		lr, global := newFleetBudgets(t, "awsretry-global", 100, 2, 1e-6 /* the smallest ratio */, clock.Now)
 		f.useConfig(t, retry.Config{MaxAttempts: 3, Budgets: []budget.Budget{lr, global}, Clock: clock})
 
 		f.proxy.Set(faultproxy.Fault{Kind: faultproxy.InternalError})
@@ -212,7 +213,9 @@ func TestAWSRetryerDrawsFromTheBudgets(t *testing.T) {
 		}
 		for i, err := range errs[1:] {
 			var ex *budget.ExhaustedError
-			if !errors.Is(err, budget.ErrExhausted) || !errors.As(err, &ex) || !strings.HasPrefix(ex.Budget, budget.GlobalLayer) || ex.Attempts != 1 {
+			var gu *retry.GiveUpError
+			if !errors.Is(err, budget.ErrExhausted) || !errors.As(err, &ex) || !strings.HasPrefix(ex.Budget, "global:") ||
+				!errors.As(err, &gu) || gu.Attempts != 1 {
 				t.Errorf("call %d: %v; want a refusal by the fleet budget after 1 attempt", i+2, err)
 			}
 			if d, ok := retry.RetryAfter(err); !ok || d <= 0 {
@@ -240,7 +243,7 @@ func TestAWSRetryerSharedBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed.ForceOpen()
+	closed.Override(breaker.ForcedOpen)
 	appExec, err := retry.New(retry.Config{Breaker: closed})
 	if err != nil {
 		t.Fatal(err)
@@ -260,9 +263,9 @@ func TestAWSRetryerSharedBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dynamo.CloseIdleConnections(storeAPI) })
+	t.Cleanup(func() { closeIdle(storeAPI) })
 	table := newTable(t)
-	store, err := dynamo.NewBreakerStore(storeAPI, table, dynamo.BreakerStoreConfig{})
+	store, err := dynamo.NewBreakerStore(storeAPI, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,9 +284,9 @@ func TestAWSRetryerSharedBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.useConfig(t, retry.Config{MaxAttempts: 2, Breaker: br})
-	if _, ours := storeAPI.Options().Retryer.(*awsretry.Retryer); ours {
-		t.Fatal("dynamo.NewClient uses the awsretry.Retryer of its aws.Config")
+	f.useConfig(t, retry.Config{MaxAttempts: 2, Breaker: br, Budgets: []budget.Budget{} /* the breaker alone */})
+	if storeAPI.Options().Retryer == aws.Retryer(appRetryer) {
+		t.Fatal("dynamo.NewClient uses the awsretry retryer of its aws.Config")
 	}
 
 	// The partner fails every attempt until the breaker opens; it reports

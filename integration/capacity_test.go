@@ -17,8 +17,8 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/integration/faultproxy"
 	"github.com/herdguard/herdguard/internal/capacity"
+	"github.com/herdguard/herdguard/internal/faultproxy"
 	"github.com/herdguard/herdguard/internal/layout"
 	"github.com/herdguard/herdguard/internal/memstore"
 )
@@ -50,7 +50,7 @@ func newStoreClientAt(t testing.TB, endpoint string) *dynamodb.Client {
 	if err != nil {
 		t.Fatalf("dynamo.NewClient: %v", err)
 	}
-	t.Cleanup(func() { dynamo.CloseIdleConnections(c) })
+	t.Cleanup(func() { closeIdle(c) })
 	return c
 }
 
@@ -81,7 +81,7 @@ func TestCapacityModelMatchesDynamoDBLocal(t *testing.T) {
 	proxy := newCapacityProxy(t, proxyMeter, now)
 	api := newStoreClientAt(t, proxy.URL())
 	dbs := newBudgetStore(t, api, table)
-	dcs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{Rand: func() float64 { return 0 }}) // slots from 0, as memstore
+	dcs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{Rand: func() float64 { return 0 }}) // slots from 0, as memstore
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestCapacityProxyThrottlesHalfABatch(t *testing.T) {
 	meter := capacity.NewMeter(capacity.Config{Throttle: true, ReadUnitsPerSecond: 10})
 	proxy := newCapacityProxy(t, meter, func() time.Time { return start })
 	api := newStoreClientAt(t, proxy.URL())
-	cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+	cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

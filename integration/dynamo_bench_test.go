@@ -65,7 +65,7 @@ func BenchmarkDynamoBudgetApplyGranted(b *testing.B) {
 	st := newBudgetStore(b, api, newTable(b))
 	k := budget.Key{Name: "bench", Window: benchWindow()}
 	exp := k.Window.Add(time.Hour)
-	if _, err := st.Apply(b.Context(), k, budget.Update{Deposit: dynamo.MaxAmount, Expires: exp}); err != nil {
+	if _, err := st.Apply(b.Context(), k, budget.Update{Deposit: maxAmount, Expires: exp}); err != nil {
 		b.Fatal(err)
 	}
 	measure(b, st.Stats, func(ctx context.Context, _ int) error {

@@ -25,6 +25,7 @@ import (
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/budget/budgettest"
 	"github.com/herdguard/herdguard/dynamo"
+	"github.com/herdguard/herdguard/internal/layout"
 )
 
 // newStoreClient returns a DynamoDB client for the shared DynamoDB Local
@@ -40,7 +41,7 @@ func newStoreClient(t testing.TB) *dynamodb.Client {
 
 func newBudgetStore(t testing.TB, api dynamo.API, table string) *dynamo.BudgetStore {
 	t.Helper()
-	s, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{})
+	s, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatalf("dynamo.NewBudgetStore: %v", err)
 	}
@@ -49,7 +50,7 @@ func newBudgetStore(t testing.TB, api dynamo.API, table string) *dynamo.BudgetSt
 
 func newBreakerStore(t testing.TB, api dynamo.API, table string) *dynamo.BreakerStore {
 	t.Helper()
-	s, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+	s, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatalf("dynamo.NewBreakerStore: %v", err)
 	}
@@ -705,7 +706,7 @@ func TestDynamoStatsCount(t *testing.T) {
 	bs := newBudgetStore(t, api, table)
 	// Probe slots are tried from slot 0, so the cost of each AcquireProbe
 	// below is known.
-	cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{Rand: func() float64 { return 0 }})
+	cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{Rand: func() float64 { return 0 }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -815,11 +816,11 @@ func TestDynamoStoresOnRequest(t *testing.T) {
 		defer mu.Unlock()
 		seen = append(seen, ri)
 	}
-	bs, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{OnRequest: hook})
+	bs, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{OnRequest: hook})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{OnRequest: hook})
+	cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{OnRequest: hook})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -969,7 +970,7 @@ func TestDynamoOperatorCommands(t *testing.T) {
 		}
 		puts++
 		putItem(t, api, table, item)
-		want, err := breaker.ParseOverride(parsed["override"]["S"])
+		want, err := layout.ParseOverride(parsed["override"]["S"])
 		if err != nil {
 			t.Fatalf("documented command %q: %v", line, err)
 		}

@@ -309,11 +309,11 @@ func newFTEnv(t *testing.T, i int, table, endpoint string, clock *ftClock, log *
 	if err != nil {
 		t.Fatalf("%s: dynamo.NewClient: %v", e.id, err)
 	}
-	t.Cleanup(func() { dynamo.CloseIdleConnections(api) })
-	if e.budgets, err = dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{}); err != nil {
+	t.Cleanup(func() { closeIdle(api) })
+	if e.budgets, err = dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{}); err != nil {
 		t.Fatalf("%s: dynamo.NewBudgetStore: %v", e.id, err)
 	}
-	if e.breakers, err = dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{}); err != nil {
+	if e.breakers, err = dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{}); err != nil {
 		t.Fatalf("%s: dynamo.NewBreakerStore: %v", e.id, err)
 	}
 
@@ -331,7 +331,6 @@ func newFTEnv(t *testing.T, i int, table, endpoint string, clock *ftClock, log *
 		Floor:        ftGlobalFloor,
 		LeaseSize:    ftLeaseSize,
 		StoreTimeout: ftStoreTimeout,
-		Now:          clock.Now,
 	}); err != nil {
 		t.Fatalf("%s: budget.NewGlobal: %v", e.id, err)
 	}
@@ -340,7 +339,7 @@ func newFTEnv(t *testing.T, i int, table, endpoint string, clock *ftClock, log *
 		Window:          ftBreakerWindow,
 		OpenDuration:    ftOpenDuration,
 		MaxOpenDuration: ftMaxOpenDuration,
-		Jitter:          breaker.NoJitter, // the fleet's open periods follow from the settings alone
+		Jitter:          -1, // the fleet's open periods follow from the settings alone
 		HalfOpenProbes:  ftHalfOpenProbes,
 		Store:           ftSpyStore{Store: e.breakers, log: log},
 		CacheTTL:        ftCacheTTL,

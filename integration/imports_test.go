@@ -7,11 +7,13 @@ import (
 )
 
 // TestImportRules keeps the dependency graph pointing one way, as
-// docs/ARCHITECTURE.md draws it: retry → budget, breaker; local, dynamo →
-// budget, breaker (local through internal/memstore, dynamo sharing
-// internal/layout and internal/slothint with it); and the AWS SDK only in
-// dynamo, integration, cmd and examples. Packages under internal/ count by
-// their first two path elements.
+// docs/ARCHITECTURE.md draws it: the root package herdguard (ConfigError)
+// imports nothing of the module; retry → budget, breaker; local, dynamo →
+// budget, breaker (local through internal/memstore and internal/ratio,
+// dynamo sharing internal/layout and internal/slothint with memstore);
+// fleet on top of them all; and the AWS SDK only in dynamo, fleet (through
+// dynamo), integration, cmd and examples. Packages under internal/ count by
+// their first two path elements; the root counts as "herdguard".
 func TestImportRules(t *testing.T) {
 	const mod = "github.com/herdguard/herdguard"
 	out, err := exec.Command("go", "list", "-deps=false", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", mod+"/...").CombinedOutput()
@@ -20,34 +22,50 @@ func TestImportRules(t *testing.T) {
 	}
 	// allowed lists, per top-level package, the module packages it may import.
 	allowed := map[string][]string{
-		"budget":            {"budget"},
-		"breaker":           {"budget", "breaker", "internal/attempt"},
-		"local":             {"budget", "breaker", "internal/memstore"},
-		"dynamo":            {"budget", "breaker", "internal/layout", "internal/slothint"},
-		"retry":             {"budget", "breaker", "internal/attempt"},
-		"internal/memstore": {"budget", "breaker", "internal/capacity", "internal/layout", "internal/slothint"},
-		"internal/layout":   {"breaker"},
-		"internal/slothint": {"breaker"},
-		"internal/capacity": {},
-		"internal/attempt":  {},
+		"herdguard":            {},
+		"budget":               {"herdguard", "budget", "internal/names", "internal/knobs"},
+		"breaker":              {"herdguard", "budget", "breaker", "internal/attempt", "internal/names", "internal/knobs"},
+		"local":                {"herdguard", "budget", "breaker", "internal/memstore", "internal/ratio"},
+		"dynamo":               {"herdguard", "budget", "breaker", "internal/layout", "internal/slothint", "internal/names"},
+		"retry":                {"herdguard", "budget", "breaker", "internal/attempt", "internal/layers", "internal/ratio", "internal/hint", "internal/sleep"},
+		"fleet":                {"herdguard", "budget", "breaker", "local", "dynamo", "retry", "internal/fleethook", "internal/names", "internal/ratio"},
+		"internal/memstore":    {"budget", "breaker", "internal/capacity", "internal/layout", "internal/slothint", "internal/names"},
+		"internal/layout":      {"breaker"},
+		"internal/slothint":    {"breaker"},
+		"internal/capacity":    {},
+		"internal/attempt":     {},
+		"internal/names":       {},
+		"internal/knobs":       {},
+		"internal/hint":        {},
+		"internal/sleep":       {},
+		"internal/fakeclock":   {},
+		"internal/budgetcheck": {"budget"},
+		"internal/layers":      {"budget"},
+		"internal/globalcfg":   {"budget", "internal/knobs"},
+		"internal/faultproxy":  {"internal/capacity"},
+		"internal/fleethook":   {"budget", "breaker", "retry"},
+		"internal/ratio":       {"herdguard", "budget"},
 	}
-	awsFree := map[string]bool{"budget": true, "breaker": true, "local": true, "retry": true,
-		"internal/memstore": true, "internal/layout": true, "internal/slothint": true, "internal/capacity": true, "internal/attempt": true}
-	seen := 0
+	awsFree := map[string]bool{"herdguard": true, "budget": true, "breaker": true, "local": true, "retry": true}
+	for pkg := range allowed {
+		if strings.HasPrefix(pkg, "internal/") {
+			awsFree[pkg] = true
+		}
+	}
+	seen := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, imports, _ := strings.Cut(line, ":")
-		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, mod), "/")
-		top := topOf(rel)
+		top := topOf(strings.TrimPrefix(strings.TrimPrefix(pkg, mod), "/"))
 		rules, ok := allowed[top]
 		if !ok {
 			continue // cmd, examples, integration may import anything
 		}
-		seen++
+		seen[top] = true
 		for _, imp := range strings.Fields(imports) {
-			if strings.HasPrefix(imp, mod+"/") {
-				impTop := topOf(strings.TrimPrefix(imp, mod+"/"))
+			if imp == mod || strings.HasPrefix(imp, mod+"/") {
+				impTop := topOf(strings.TrimPrefix(strings.TrimPrefix(imp, mod), "/"))
 				if !contains(rules, impTop) {
-					t.Errorf("%s imports %s: %s may only import %v", rel, imp, top, rules)
+					t.Errorf("%s imports %s: %s may only import %v", pkg, imp, top, rules)
 				}
 			}
 		}
@@ -58,19 +76,24 @@ func TestImportRules(t *testing.T) {
 			}
 			for _, d := range strings.Fields(string(deps)) {
 				if strings.HasPrefix(d, "github.com/aws/") {
-					t.Errorf("%s depends on %s: only dynamo, integration, cmd and examples may use the AWS SDK", rel, d)
+					t.Errorf("%s depends on %s: only dynamo, fleet, awsretry, integration, cmd and examples may use the AWS SDK", pkg, d)
 				}
 			}
 		}
 	}
-	if seen < 9 {
-		t.Fatalf("checked %d library packages, want at least 9 (budget, breaker, local, dynamo, retry, internal/memstore, internal/layout, internal/slothint, internal/capacity)", seen)
+	for _, want := range []string{"herdguard", "budget", "breaker", "local", "dynamo", "retry", "fleet", "internal/memstore", "internal/layout", "internal/slothint", "internal/capacity"} {
+		if !seen[want] {
+			t.Errorf("go list did not list %s: the rules check nothing there", want)
+		}
 	}
 }
 
 // topOf returns the package's first path element, or its first two under
-// internal/.
+// internal/, or "herdguard" for the root package.
 func topOf(rel string) string {
+	if rel == "" {
+		return "herdguard"
+	}
 	parts := strings.SplitN(rel, "/", 3)
 	if parts[0] == "internal" && len(parts) > 1 {
 		return parts[0] + "/" + parts[1]

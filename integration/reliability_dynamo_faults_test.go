@@ -10,7 +10,8 @@ import (
 
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/integration/faultproxy"
+	"github.com/herdguard/herdguard/internal/faultproxy"
+	"github.com/herdguard/herdguard/internal/globalcfg"
 )
 
 // Bounds the DynamoDB fault tests hold herdguard to. They are what README's
@@ -197,7 +198,7 @@ func TestReliabilityDynamoFaults(t *testing.T) {
 					// A throttle is a refusal, not a fault: the Global
 					// writes again at its next contact, DepositInterval ×
 					// U(0.5, 1.5) later.
-					d := fleet.envs[i].global.Config().DepositInterval / 2
+					d := globalcfg.Of(fleet.envs[i].global).DepositInterval / 2
 					budgetLimit = int64(faultFor/d) + 1 + 1 + cut
 				}
 				breakerLimit := 2*(int64(faultFor/cfg.CacheTTL)+1) + 1 + cut
@@ -265,11 +266,11 @@ type relResume struct {
 // failures on their own, could trip), which is not what the phase is for.
 func relWarmTable(t *testing.T, api dynamo.API, table string) {
 	t.Helper()
-	bs, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{})
+	bs, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+	cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,8 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
+	"github.com/herdguard/herdguard/internal/knobs"
+	"github.com/herdguard/herdguard/internal/sleep"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -63,7 +65,7 @@ func relStoreClient(t testing.TB, endpoint string) *dynamodb.Client {
 	if err != nil {
 		t.Fatalf("dynamo.NewClient(%s): %v", endpoint, err)
 	}
-	t.Cleanup(func() { dynamo.CloseIdleConnections(c) })
+	t.Cleanup(func() { closeIdle(c) })
 	return c
 }
 
@@ -118,7 +120,7 @@ func (relClock) Now() time.Time { return time.Now() }
 
 func (relClock) Sleep(ctx context.Context, d time.Duration) error {
 	start := time.Now()
-	err := retry.SystemClock{}.Sleep(ctx, d)
+	err := sleep.For(ctx, d)
 	if acc, ok := ctx.Value(relSleptKey{}).(*time.Duration); ok {
 		*acc += time.Since(start)
 	}
@@ -355,8 +357,8 @@ type relFleetConfig struct {
 	Envs          int
 	Name          string        // budget and breaker name
 	StoreTimeout  time.Duration // both layers
-	CacheTTL      time.Duration // breaker; zero means breaker.DefaultCacheTTL (1 s)
-	FaultCooldown time.Duration // Global; zero means budget.DefaultFaultCooldown (1 s)
+	CacheTTL      time.Duration // breaker; zero means defaultCacheTTL (1 s)
+	FaultCooldown time.Duration // Global; zero means defaultFaultCooldown (1 s)
 	GlobalWindow  time.Duration
 	MaxAttempts   int
 	// Breaker settings (zero = the defaults the tests use).
@@ -378,10 +380,10 @@ func (c *relFleetConfig) fill() {
 		c.StoreTimeout = relStoreTimeout
 	}
 	if c.CacheTTL == 0 {
-		c.CacheTTL = breaker.DefaultCacheTTL
+		c.CacheTTL = defaultCacheTTL
 	}
 	if c.FaultCooldown == 0 {
-		c.FaultCooldown = budget.DefaultFaultCooldown
+		c.FaultCooldown = defaultFaultCooldown
 	}
 	if c.GlobalWindow == 0 {
 		c.GlobalWindow = time.Second
@@ -466,11 +468,11 @@ func newRelFleet(t testing.TB, api dynamo.API, table string, cfg relFleetConfig)
 	f := &relFleet{cfg: cfg}
 	for i := range cfg.Envs {
 		e := &relEnv{id: i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))}
-		bs, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{OnRequest: e.budgetW.onRequest})
+		bs, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{OnRequest: e.budgetW.onRequest})
 		if err != nil {
 			t.Fatalf("dynamo.NewBudgetStore: %v", err)
 		}
-		cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{OnRequest: e.brkW.onRequest})
+		cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{OnRequest: e.brkW.onRequest})
 		if err != nil {
 			t.Fatalf("dynamo.NewBreakerStore: %v", err)
 		}
@@ -487,23 +489,24 @@ func newRelFleet(t testing.TB, api dynamo.API, table string, cfg relFleetConfig)
 		if err != nil {
 			t.Fatalf("budget.NewGlobal: %v", err)
 		}
-		e.brk, err = breaker.New(cfg.Name, breaker.Settings{
-			Store:          cs,
-			CacheTTL:       cfg.CacheTTL,
-			StoreTimeout:   cfg.StoreTimeout,
-			MinRequests:    cfg.MinRequests,
-			Window:         relBreakerWindow,
-			OpenDuration:   cfg.OpenDuration,
-			ProbeLease:     cfg.ProbeLease,
-			ReportInterval: relReportInterval,
-			Rand:           rand.New(rand.NewPCG(cfg.Seed, 1000+uint64(i))).Float64,
-			OnStoreError:   func(string, error) { e.breakerFaults.Add(1) },
+		bset := breaker.Settings{
+			Store:        cs,
+			CacheTTL:     cfg.CacheTTL,
+			StoreTimeout: cfg.StoreTimeout,
+			MinRequests:  cfg.MinRequests,
+			Window:       relBreakerWindow,
+			OpenDuration: cfg.OpenDuration,
+			ProbeLease:   cfg.ProbeLease,
+			Rand:         rand.New(rand.NewPCG(cfg.Seed, 1000+uint64(i))).Float64,
+			OnStoreError: func(string, error) { e.breakerFaults.Add(1) },
 			OnStateChange: func(c breaker.StateChange) {
 				e.mu.Lock()
 				e.states = append(e.states, c.To)
 				e.mu.Unlock()
 			},
-		})
+		}
+		knobs.BreakerReportInterval(&bset, relReportInterval)
+		e.brk, err = breaker.New(cfg.Name, bset)
 		if err != nil {
 			t.Fatalf("breaker.New: %v", err)
 		}

@@ -70,6 +70,11 @@ func relTransport(t *testing.T, cfg retry.Config, base *http.Transport) *http.Cl
 		base = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}
 	}
 	t.Cleanup(base.CloseIdleConnections)
+	if cfg.Budgets == nil {
+		// These tests count attempts: no budget unless the test gives one,
+		// not the Executor's default local ratio.
+		cfg.Budgets = []budget.Budget{}
+	}
 	e, err := retry.New(cfg)
 	if err != nil {
 		t.Fatalf("retry.New: %v", err)

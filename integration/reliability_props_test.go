@@ -23,7 +23,9 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/integration/faultproxy"
+	"github.com/herdguard/herdguard/internal/faultproxy"
+	"github.com/herdguard/herdguard/internal/globalcfg"
+	"github.com/herdguard/herdguard/internal/knobs"
 	"github.com/herdguard/herdguard/internal/memstore"
 	"github.com/herdguard/herdguard/local"
 )
@@ -344,7 +346,7 @@ func newRelGlobalModel(t *rapid.T, ctx context.Context, store budget.Store, name
 	}
 	switch {
 	case floorCfg == 0:
-		m.floor = budget.DefaultGlobalFloor
+		m.floor = defaultGlobalFloor
 	case floorCfg > 0:
 		m.floor = int64(floorCfg)
 	}
@@ -358,7 +360,6 @@ func newRelGlobalModel(t *rapid.T, ctx context.Context, store budget.Store, name
 	for i := range envs {
 		c := cfg
 		c.Rand = rand.New(rand.NewPCG(seed, uint64(i))).Float64
-		c.Now = func() time.Time { return m.now }
 		es := &relEnvStore{Store: m.store, m: m, asked: map[int64]bool{}, pending: map[int64]int64{}}
 		g, err := budget.NewGlobal(es, name, c)
 		if err != nil {
@@ -372,7 +373,7 @@ func newRelGlobalModel(t *rapid.T, ctx context.Context, store budget.Store, name
 }
 
 func (m *relGlobalModel) window() int64 {
-	return m.envs[0].WindowOf(m.now).UnixMilli()
+	return globalcfg.WindowOf(m.envs[0], m.now).UnixMilli()
 }
 
 func (m *relGlobalModel) actions() map[string]func(*rapid.T) {
@@ -422,7 +423,7 @@ func (m *relGlobalModel) actions() map[string]func(*rapid.T) {
 			}
 		},
 		"flush": func(t *rapid.T) {
-			_ = m.envs[env(t)].FlushAt(m.ctx, m.now)
+			_ = m.envs[env(t)].Flush(m.ctx, m.now)
 		},
 		"advance": func(t *rapid.T) {
 			m.now = m.now.Add(time.Duration(rapid.Int64Range(0, int64(600*time.Millisecond)).Draw(t, "d")))
@@ -550,7 +551,7 @@ func relCaseClient(t *rapid.T, proxy *faultproxy.Proxy) (*dynamodb.Client, func(
 	if err != nil {
 		t.Fatalf("dynamo.NewClient: %v", err)
 	}
-	return c, func() { dynamo.CloseIdleConnections(c) }
+	return c, func() { closeIdle(c) }
 }
 
 // relPropProxy starts a fault proxy in front of the shared DynamoDB Local
@@ -593,7 +594,7 @@ func TestReliabilityGlobalBoundProperty(t *testing.T) {
 		relRapidCheck(t, relDynamoCases, relDynamoSteps, func(rt *rapid.T) {
 			api, closeIdle := relCaseClient(rt, proxy)
 			defer closeIdle()
-			st, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{})
+			st, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{})
 			if err != nil {
 				rt.Fatal(err)
 			}
@@ -695,7 +696,7 @@ func TestReliabilityGlobalBoundConcurrent(t *testing.T) {
 					// Real time, so that environments meet in the same
 					// windows in whatever order the scheduler picks.
 					now := time.Now()
-					w := g.WindowOf(now).UnixMilli()
+					w := globalcfg.WindowOf(g, now).UnixMilli()
 					switch o.kind {
 					case 0:
 						for range o.n {
@@ -712,7 +713,7 @@ func TestReliabilityGlobalBoundConcurrent(t *testing.T) {
 							rel.Done(budget.RetryFailed)
 						}
 					case 2:
-						_ = g.FlushAt(context.Background(), now)
+						_ = g.Flush(context.Background(), now)
 					}
 				}
 			})
@@ -1145,15 +1146,14 @@ func newRelBreakerModel(t *rapid.T, ctx context.Context, store breaker.Store, pe
 		MinRequests:    int64(rapid.IntRange(1, 6).Draw(t, "minRequests")),
 		FailureRatio:   rapid.SampledFrom([]float64{0.3, 0.5, 1}).Draw(t, "failureRatio"),
 		Window:         m.window,
-		WindowSlots:    10,
 		OpenDuration:   time.Duration(rapid.IntRange(1, 5).Draw(t, "openTenths")) * 100 * time.Millisecond,
-		Jitter:         breaker.NoJitter,
+		Jitter:         -1,
 		HalfOpenProbes: rapid.IntRange(1, 2).Draw(t, "probes"),
 		ProbeLease:     300 * time.Millisecond,
 		CacheTTL:       time.Duration(rapid.IntRange(1, 3).Draw(t, "cacheTenths")) * 100 * time.Millisecond,
-		ReportInterval: 50 * time.Millisecond,
 		StoreTimeout:   5 * time.Second, // faults are injected, not timed
 	}
+	knobs.BreakerReportInterval(&s, 50*time.Millisecond)
 	n := rapid.IntRange(2, 5).Draw(t, "envs")
 	seed := rapid.Uint64().Draw(t, "seed") // the breakers' sampling and probe delays, so that a case replays
 	for i := range n {
@@ -1265,7 +1265,7 @@ func (m *relBreakerModel) actions() map[string]func(*rapid.T) {
 		},
 		"flush": func(t *rapid.T) {
 			_, e := env(t)
-			_ = e.b.Flush(m.ctx)
+			_ = e.b.Flush(m.ctx, m.now)
 		},
 		"advance": func(t *rapid.T) {
 			m.now = m.now.Add(time.Duration(rapid.Int64Range(0, int64(400*time.Millisecond)).Draw(t, "d")))
@@ -1281,7 +1281,7 @@ func (m *relBreakerModel) finish(t *rapid.T) {
 	m.store.inj.next = nil
 	for _, e := range m.envs {
 		m.store.env = e.name
-		_ = e.b.Flush(m.ctx)
+		_ = e.b.Flush(m.ctx, m.now)
 	}
 	m.store.checkCounts(t, m.seen)
 }
@@ -1333,7 +1333,7 @@ func TestReliabilityBreakerProperty(t *testing.T) {
 		relRapidCheck(t, relDynamoCases, relDynamoSteps, func(rt *rapid.T) {
 			api, closeIdle := relCaseClient(rt, proxy)
 			defer closeIdle()
-			st, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+			st, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 			if err != nil {
 				rt.Fatal(err)
 			}
@@ -1363,6 +1363,8 @@ type relReportsModel struct {
 	window time.Duration
 	ctx    context.Context
 	cfg    breaker.Settings
+	// reportInterval is the breakers' shortest time between two reports.
+	reportInterval time.Duration
 	// seen counts the successes and failures of each environment.
 	seen map[string]int64
 	// log is what happened, for a failure's message.
@@ -1417,16 +1419,16 @@ func newRelReportsModel(t *rapid.T, ctx context.Context, store breaker.Store, pe
 		Store: m.store,
 		// Never trips, neither the fleet nor an environment on its local
 		// state machine: no state change, one generation.
-		MinRequests:    1 << 40,
-		FailureRatio:   1,
-		Window:         m.window,
-		WindowSlots:    10,
-		CacheTTL:       time.Duration(rapid.IntRange(1, 3).Draw(t, "cacheTenths")) * 100 * time.Millisecond,
-		ReportInterval: time.Duration(rapid.IntRange(1, 4).Draw(t, "reportIntervalTwentieths")) * 50 * time.Millisecond,
-		StoreTimeout:   5 * time.Second, // faults are injected, not timed
+		MinRequests:  1 << 40,
+		FailureRatio: 1,
+		Window:       m.window,
+		CacheTTL:     time.Duration(rapid.IntRange(1, 3).Draw(t, "cacheTenths")) * 100 * time.Millisecond,
+		StoreTimeout: 5 * time.Second, // faults are injected, not timed
 		// Every call the breaker may sample is sampled.
 		Rand: func() float64 { return 0 },
 	}
+	m.reportInterval = time.Duration(rapid.IntRange(1, 4).Draw(t, "reportIntervalTwentieths")) * 50 * time.Millisecond
+	knobs.BreakerReportInterval(&m.cfg, m.reportInterval)
 	for i := range rapid.IntRange(2, 5).Draw(t, "envs") {
 		e := &relReportsEnv{name: fmt.Sprintf("env-%d", i)}
 		si := m.cfg
@@ -1570,7 +1572,7 @@ func (m *relReportsModel) flush(e *relReportsEnv) {
 	if !e.degraded {
 		m.take(e, e.lastNow, true)
 	}
-	_ = e.b.Flush(m.ctx)
+	_ = e.b.Flush(m.ctx, e.lastNow)
 }
 
 func (m *relReportsModel) actions() map[string]func(*rapid.T) {
@@ -1616,7 +1618,7 @@ func (m *relReportsModel) finish(t *rapid.T) {
 	for _, e := range m.envs {
 		m.flush(e)
 	}
-	m.now = m.now.Add(max(m.cfg.CacheTTL, m.cfg.ReportInterval) + time.Millisecond)
+	m.now = m.now.Add(max(m.cfg.CacheTTL, m.reportInterval) + time.Millisecond)
 	for _, e := range m.envs {
 		m.call(t, e, breaker.Failure)
 		m.flush(e)
@@ -1675,7 +1677,7 @@ func TestReliabilityBreakerReportsProperty(t *testing.T) {
 		relRapidCheck(t, relDynamoCases, relDynamoSteps, func(rt *rapid.T) {
 			api, closeIdle := relCaseClient(rt, proxy)
 			defer closeIdle()
-			st, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+			st, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 			if err != nil {
 				rt.Fatal(err)
 			}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/integration/faultproxy"
+	"github.com/herdguard/herdguard/internal/faultproxy"
 )
 
 // relOwnDynamo is a DynamoDB Local that one test may stop and start again:
@@ -134,7 +134,7 @@ func relLoadBreaker(t *testing.T, endpoint, table, name string) (breaker.Snapsho
 	t.Helper()
 	api, closeIdle := newClient(endpoint)
 	defer closeIdle()
-	st, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+	st, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		return breaker.Snapshot{}, err
 	}

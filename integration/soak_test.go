@@ -21,7 +21,8 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/integration/faultproxy"
+	"github.com/herdguard/herdguard/internal/faultproxy"
+	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -152,7 +153,7 @@ type soakWindows struct {
 }
 
 func (s soakWindowed) RecordRequest(now time.Time) {
-	w := s.g.WindowOf(now).UnixMilli()
+	w := globalcfg.WindowOf(s.g, now).UnixMilli()
 	s.w.mu.Lock()
 	s.w.requests[w]++
 	s.w.mu.Unlock()
@@ -166,7 +167,7 @@ func (s soakWindowed) AcquireRetry(ctx context.Context, now time.Time, k budget.
 	if err != nil {
 		return rel, err
 	}
-	w := s.g.WindowOf(now).UnixMilli()
+	w := globalcfg.WindowOf(s.g, now).UnixMilli()
 	s.w.mu.Lock()
 	s.w.granted[w]++
 	s.w.mu.Unlock()
@@ -187,11 +188,11 @@ func (s soakWindowed) Flush(ctx context.Context) error { return s.g.Flush(ctx) }
 // goroutines, on names the soak does not use.
 func soakWarmDynamo(t *testing.T, api dynamo.API, table string) {
 	t.Helper()
-	bs, err := dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{})
+	bs, err := dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{})
+	cs, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,10 +287,10 @@ func TestSoak(t *testing.T) {
 		e := &env{tr: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: soakWorkers}}
 		e.http = &http.Client{Transport: e.tr}
 		t.Cleanup(e.tr.CloseIdleConnections)
-		if e.store, err = dynamo.NewBudgetStore(api, table, dynamo.BudgetStoreConfig{}); err != nil {
+		if e.store, err = dynamo.NewBudgetStore(api, table, dynamo.StoreOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if e.cstore, err = dynamo.NewBreakerStore(api, table, dynamo.BreakerStoreConfig{}); err != nil {
+		if e.cstore, err = dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		lr, err := local.NewRatio(local.RatioConfig{})
@@ -356,7 +357,7 @@ func TestSoak(t *testing.T) {
 		for _, e := range envs {
 			e.tr.CloseIdleConnections()
 		}
-		dynamo.CloseIdleConnections(api)
+		closeIdle(api)
 		proxy.CloseIdleConnections()
 	}
 	gOpen := runtime.NumGoroutine()
@@ -544,7 +545,7 @@ func TestSoak(t *testing.T) {
 	windows.mu.Lock()
 	for w, g := range windows.granted {
 		r := windows.requests[w]
-		limit := budget.DefaultGlobalRatio*float64(r) + budget.DefaultGlobalFloor
+		limit := defaultGlobalRatio*float64(r) + defaultGlobalFloor
 		t.Logf("global window %s: %d requests, %d retries granted fleet-wide (bound %.1f)", time.UnixMilli(w).UTC().Format("15:04:05"), r, g, limit)
 		if float64(g) > limit {
 			t.Errorf("global window %d: %d retries granted for %d requests; want at most %.1f", w, g, r, limit)
@@ -553,8 +554,8 @@ func TestSoak(t *testing.T) {
 	windows.mu.Unlock()
 	// The fleet-wide bound over the run: granted ≤ Ratio × requests + Floor
 	// per window (7 windows of 10 s touched by a 60 s run).
-	nwin := int64(soakDuration/budget.DefaultGlobalWindow) + 1
-	if used, limit := glob.Granted-glob.Returned, int64(budget.DefaultGlobalRatio*float64(totalCalls))+budget.DefaultGlobalFloor*nwin; used > limit {
+	nwin := int64(soakDuration/defaultGlobalWindow) + 1
+	if used, limit := glob.Granted-glob.Returned, int64(defaultGlobalRatio*float64(totalCalls))+defaultGlobalFloor*nwin; used > limit {
 		t.Errorf("the Global granted %d retries over %d calls; want at most %d", used, totalCalls, limit)
 	}
 }

@@ -13,18 +13,19 @@
 // Ratio is the Google SRE book's and Envoy's budget: retries may be at most
 // 10% of the requests of the last 10 seconds (in 10 slots), with a floor of
 // 3 retries per window so that quiet clients can still retry. It recovers
-// through time and traffic.
+// through time and traffic. A retry.Executor with no Config.Budgets uses
+// one with these defaults; NewRatio is for other settings.
 //
 // Both implement budget.Budget, take the time from their caller (in the
 // style of golang.org/x/time/rate's AllowN), are safe for concurrent use,
 // and do not allocate on the path every call takes (RecordRequest,
 // RecordSuccess) nor when they grant a retry. A refusal is a
-// *budget.ExhaustedError naming the layer (TokenBucketLayer, RatioLayer);
-// the Ratio's carries a RetryAfter hint.
+// *budget.ExhaustedError naming the layer ("local-token-bucket",
+// "local-ratio"); the Ratio's carries a RetryAfter hint.
 //
 // Configuration structs follow one rule: the zero value of a field selects
-// its Default* constant, and constructors return an error naming the field
-// that is out of range.
+// its default, and constructors return a *herdguard.ConfigError naming the
+// field that is out of range.
 //
 // # Stores
 //
@@ -33,6 +34,6 @@
 // (both pass budget/budgettest and breaker/breakertest), which makes them
 // the reference for tests and simulations, and the right choice when a
 // "fleet" is several Breakers or Global budgets inside one process. Both
-// validate names with budget.ValidateName, honour ctx, and count their calls
-// (Stats).
+// reject the names budget.NewGlobal and breaker.New reject, honour ctx, and
+// count their calls (Stats).
 package local

@@ -69,25 +69,6 @@ func ExampleRatio() {
 	// 12 s later, the floor grants: true
 }
 
-// Layered budgets: a retry needs both layers; when the second refuses,
-// the first gets its tokens back.
-func ExampleTokenBucket_layered() {
-	bucket, _ := local.NewTokenBucket(local.TokenBucketConfig{})
-	ratio, _ := local.NewRatio(local.RatioConfig{MinRetries: 1})
-	b := budget.Layered(bucket, ratio)
-	ctx, now := context.Background(), time.Now()
-
-	rel, err := b.AcquireRetry(ctx, now, budget.Throttling)
-	fmt.Println("first retry granted:", err == nil, "tokens:", bucket.Available())
-	rel.Done(budget.RetryFailed)
-
-	_, err = b.AcquireRetry(ctx, now, budget.Throttling)
-	fmt.Println("second retry refused:", errors.Is(err, budget.ErrExhausted), "tokens:", bucket.Available())
-	// Output:
-	// first retry granted: true tokens: 495
-	// second retry refused: true tokens: 495
-}
-
 // The in-memory budget store: a window shard starts at its floor, and a
 // take that would overdraw it is refused without changing it.
 func ExampleBudgetStore() {

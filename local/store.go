@@ -31,8 +31,8 @@ func NewBudgetStore() *BudgetStore {
 // errors.Is(err, budget.ErrInsufficient). u.Expires replaces the item's
 // expiry time on success.
 //
-// It fails without touching the store if ctx is done, if k.Name fails
-// budget.ValidateName, if k.Shard or a field of u is negative, or if the
+// It fails without touching the store if ctx is done, if k.Name is not a
+// valid name (see budget.NewGlobal), if k.Shard or a field of u is negative, or if the
 // sum would overflow.
 func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) (int64, error) {
 	return s.s.Apply(ctx, k, u)

@@ -6,58 +6,55 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/budget"
 )
 
 // Defaults of TokenBucketConfig: the AWS SDKs' standard retry mode with the
 // retry behaviour AWS announced for 2026.
 const (
-	// DefaultCapacity is the number of tokens a full bucket holds.
-	DefaultCapacity = 500
-	// DefaultTransientCost is the price of a retry after a transient
-	// failure (5xx, timeout, dropped connection).
-	DefaultTransientCost = 14
-	// DefaultThrottlingCost is the price of a retry after throttling
-	// (429, or 503 with Retry-After).
-	DefaultThrottlingCost = 5
-	// DefaultSuccessReward is what a call that succeeds on its first
-	// attempt puts back into the bucket.
-	DefaultSuccessReward = 1
+	defaultCapacity       = 500
+	defaultTransientCost  = 14
+	defaultThrottlingCost = 5
+	defaultSuccessReward  = 1
 )
 
-// TokenBucketLayer is the Budget field of the *budget.ExhaustedError a
+// tokenBucketLayer is the Budget field of the *budget.ExhaustedError a
 // TokenBucket returns when it refuses a retry.
-const TokenBucketLayer = "local-token-bucket"
+const tokenBucketLayer = "local-token-bucket"
 
 // TokenBucketConfig configures a TokenBucket. The zero value of each field
-// selects its Default* constant.
+// selects its default: the AWS SDKs' standard retry mode with the retry
+// behaviour AWS announced for 2026.
 type TokenBucketConfig struct {
 	// Capacity is the number of tokens the bucket holds when full; it
 	// starts full. It must be at least TransientCost and ThrottlingCost,
-	// or some kind of retry could never be granted.
+	// or some kind of retry could never be granted. 0 means 500.
 	Capacity int
-	// TransientCost is taken for a retry after a transient failure.
+	// TransientCost is taken for a retry after a transient failure (5xx,
+	// timeout, dropped connection); 0 means 14.
 	TransientCost int
-	// ThrottlingCost is taken for a retry after throttling.
+	// ThrottlingCost is taken for a retry after throttling (429, or 503
+	// with Retry-After); 0 means 5.
 	ThrottlingCost int
 	// SuccessReward is put back for every call that succeeds on its first
-	// attempt (RecordSuccess), up to Capacity.
+	// attempt (RecordSuccess), up to Capacity; 0 means 1.
 	SuccessReward int
 }
 
 // withDefaults returns c with every zero field set to its default.
 func (c TokenBucketConfig) withDefaults() TokenBucketConfig {
 	if c.Capacity == 0 {
-		c.Capacity = DefaultCapacity
+		c.Capacity = defaultCapacity
 	}
 	if c.TransientCost == 0 {
-		c.TransientCost = DefaultTransientCost
+		c.TransientCost = defaultTransientCost
 	}
 	if c.ThrottlingCost == 0 {
-		c.ThrottlingCost = DefaultThrottlingCost
+		c.ThrottlingCost = defaultThrottlingCost
 	}
 	if c.SuccessReward == 0 {
-		c.SuccessReward = DefaultSuccessReward
+		c.SuccessReward = defaultSuccessReward
 	}
 	return c
 }
@@ -65,19 +62,22 @@ func (c TokenBucketConfig) withDefaults() TokenBucketConfig {
 // validate reports the first field of c (defaults applied) that is out of
 // range.
 func (c TokenBucketConfig) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &herdguard.ConfigError{Field: "local.TokenBucketConfig." + field, Reason: fmt.Sprintf(format, args...)}
+	}
 	switch {
 	case c.Capacity < 0:
-		return fmt.Errorf("local: TokenBucketConfig.Capacity is %d; it must not be negative (0 means %d)", c.Capacity, DefaultCapacity)
+		return bad("Capacity", "is %d; want at least 0 (0 for the default %d)", c.Capacity, defaultCapacity)
 	case c.TransientCost < 0:
-		return fmt.Errorf("local: TokenBucketConfig.TransientCost is %d; it must not be negative (0 means %d)", c.TransientCost, DefaultTransientCost)
+		return bad("TransientCost", "is %d; want at least 0 (0 for the default %d)", c.TransientCost, defaultTransientCost)
 	case c.ThrottlingCost < 0:
-		return fmt.Errorf("local: TokenBucketConfig.ThrottlingCost is %d; it must not be negative (0 means %d)", c.ThrottlingCost, DefaultThrottlingCost)
+		return bad("ThrottlingCost", "is %d; want at least 0 (0 for the default %d)", c.ThrottlingCost, defaultThrottlingCost)
 	case c.SuccessReward < 0:
-		return fmt.Errorf("local: TokenBucketConfig.SuccessReward is %d; it must not be negative (0 means %d)", c.SuccessReward, DefaultSuccessReward)
+		return bad("SuccessReward", "is %d; want at least 0 (0 for the default %d)", c.SuccessReward, defaultSuccessReward)
 	case c.Capacity < c.TransientCost:
-		return fmt.Errorf("local: TokenBucketConfig.Capacity %d is below TransientCost %d: no retry after a transient failure could ever be granted", c.Capacity, c.TransientCost)
+		return bad("Capacity", "(%d) is below TransientCost (%d): no retry after a transient failure could ever be granted", c.Capacity, c.TransientCost)
 	case c.Capacity < c.ThrottlingCost:
-		return fmt.Errorf("local: TokenBucketConfig.Capacity %d is below ThrottlingCost %d: no retry after throttling could ever be granted", c.Capacity, c.ThrottlingCost)
+		return bad("Capacity", "(%d) is below ThrottlingCost (%d): no retry after throttling could ever be granted", c.Capacity, c.ThrottlingCost)
 	}
 	return nil
 }
@@ -88,7 +88,8 @@ func (c TokenBucketConfig) validate() error {
 // on its first attempt puts back SuccessReward; a retry that succeeds gets
 // its own cost back (Release with budget.RetrySucceeded), one that never ran
 // too (budget.RetryNotUsed), one that failed does not (budget.RetryFailed).
-// When the bucket holds less than a retry's cost, the retry is refused.
+// When the bucket holds less than a retry's cost, the retry is refused
+// with a *budget.ExhaustedError whose Budget is "local-token-bucket".
 //
 // A TokenBucket recovers only through successes, never through time alone,
 // so it ignores the times it is given. It is safe for concurrent use and
@@ -116,7 +117,8 @@ type TokenBucket struct {
 var _ budget.Budget = (*TokenBucket)(nil)
 
 // NewTokenBucket returns a full bucket configured by cfg (zero fields take
-// their defaults). It returns an error naming the field if cfg is invalid.
+// their defaults). It returns a *herdguard.ConfigError naming the field if
+// cfg is invalid.
 func NewTokenBucket(cfg TokenBucketConfig) (*TokenBucket, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -137,9 +139,6 @@ func NewTokenBucket(cfg TokenBucketConfig) (*TokenBucket, error) {
 // Available returns the number of tokens in the bucket.
 func (b *TokenBucket) Available() int { return int(b.tokens.Load()) }
 
-// Capacity returns the number of tokens a full bucket holds.
-func (b *TokenBucket) Capacity() int { return int(b.capacity) }
-
 // RecordRequest does nothing: a first attempt is free.
 func (b *TokenBucket) RecordRequest(time.Time) {}
 
@@ -158,7 +157,7 @@ func (b *TokenBucket) AcquireRetry(_ context.Context, _ time.Time, kind budget.K
 	for {
 		old := b.tokens.Load()
 		if old < cost {
-			return nil, &budget.ExhaustedError{Budget: TokenBucketLayer}
+			return nil, &budget.ExhaustedError{Budget: tokenBucketLayer}
 		}
 		if b.tokens.CompareAndSwap(old, old-cost) {
 			return release, nil

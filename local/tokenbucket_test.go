@@ -2,13 +2,13 @@ package local_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/budgetcheck"
 	"github.com/herdguard/herdguard/local"
 )
 
@@ -23,46 +23,17 @@ func mustBucket(t testing.TB, cfg local.TokenBucketConfig) *local.TokenBucket {
 	return b
 }
 
-func mustGrant(t testing.TB, b budget.Budget, now time.Time, kind budget.Kind) budget.Release {
-	t.Helper()
-	rel, err := b.AcquireRetry(context.Background(), now, kind)
-	if err != nil {
-		t.Fatalf("AcquireRetry(%v) refused: %v", kind, err)
-	}
-	if rel == nil {
-		t.Fatalf("AcquireRetry(%v) granted with a nil Release", kind)
-	}
-	return rel
-}
-
-func mustRefuse(t testing.TB, b budget.Budget, now time.Time, kind budget.Kind, layer string) *budget.ExhaustedError {
-	t.Helper()
-	rel, err := b.AcquireRetry(context.Background(), now, kind)
-	if err == nil {
-		t.Fatalf("AcquireRetry(%v) granted, want a refusal", kind)
-	}
-	if rel != nil {
-		t.Fatalf("AcquireRetry(%v) returned a Release with error %v", kind, err)
-	}
-	if !errors.Is(err, budget.ErrExhausted) {
-		t.Fatalf("AcquireRetry(%v) error %v does not satisfy errors.Is(err, budget.ErrExhausted)", kind, err)
-	}
-	var ex *budget.ExhaustedError
-	if !errors.As(err, &ex) {
-		t.Fatalf("AcquireRetry(%v) error %T is not a *budget.ExhaustedError", kind, err)
-	}
-	if ex.Budget != layer {
-		t.Fatalf("refusal names layer %q, want %q", ex.Budget, layer)
-	}
-	return ex
-}
+var (
+	mustGrant  = budgetcheck.MustGrant
+	mustRefuse = budgetcheck.MustRefuse
+)
 
 // Seed (1) of the retry-budget article: capacity 30, transient cost 14.
 func TestTokenBucketSeedTwoRetriesThenRefundToSixteen(t *testing.T) {
 	b := mustBucket(t, local.TokenBucketConfig{Capacity: 30, TransientCost: 14})
 	first := mustGrant(t, b, t0, budget.Transient)
 	mustGrant(t, b, t0, budget.Transient)
-	mustRefuse(t, b, t0, budget.Transient, local.TokenBucketLayer) // only 2 tokens left
+	mustRefuse(t, b, t0, budget.Transient, "local-token-bucket") // only 2 tokens left
 	if got := b.Available(); got != 2 {
 		t.Fatalf("Available() = %d after two grants, want 2", got)
 	}
@@ -74,11 +45,9 @@ func TestTokenBucketSeedTwoRetriesThenRefundToSixteen(t *testing.T) {
 
 func TestTokenBucketDefaults(t *testing.T) {
 	b := mustBucket(t, local.TokenBucketConfig{})
-	if b.Capacity() != local.DefaultCapacity || b.Available() != local.DefaultCapacity {
-		t.Fatalf("zero config: capacity %d, available %d; want %d full", b.Capacity(), b.Available(), local.DefaultCapacity)
-	}
-	if local.DefaultCapacity != 500 || local.DefaultTransientCost != 14 || local.DefaultThrottlingCost != 5 || local.DefaultSuccessReward != 1 {
-		t.Fatal("defaults are not the AWS SDK standard mode's (500, 14, 5, 1)")
+	// The AWS SDK standard mode's: 500 tokens, 14 and 5 per retry, 1 back.
+	if b.Available() != 500 {
+		t.Fatalf("zero config: available %d; want 500, full", b.Available())
 	}
 	rel := mustGrant(t, b, t0, budget.Transient)
 	if got := b.Available(); got != 486 {
@@ -137,17 +106,17 @@ func TestTokenBucketRefillsUpToCapacity(t *testing.T) {
 func TestTokenBucketEmptyRefusesUntilRefilled(t *testing.T) {
 	b := mustBucket(t, local.TokenBucketConfig{Capacity: 14})
 	mustGrant(t, b, t0, budget.Transient)(budget.RetryFailed)
-	ex := mustRefuse(t, b, t0, budget.Transient, local.TokenBucketLayer)
+	ex := mustRefuse(t, b, t0, budget.Transient, "local-token-bucket")
 	if ex.RetryAfter != 0 {
 		t.Fatalf("token bucket refusal RetryAfter = %v; it cannot know when successes refill it", ex.RetryAfter)
 	}
 	// Time alone does not refill a token bucket.
-	mustRefuse(t, b, t0.Add(time.Hour), budget.Throttling, local.TokenBucketLayer)
+	mustRefuse(t, b, t0.Add(time.Hour), budget.Throttling, "local-token-bucket")
 	for range 5 {
 		b.RecordSuccess(t0)
 	}
 	mustGrant(t, b, t0, budget.Throttling)
-	mustRefuse(t, b, t0, budget.Throttling, local.TokenBucketLayer)
+	mustRefuse(t, b, t0, budget.Throttling, "local-token-bucket")
 }
 
 func TestTokenBucketConfigValidation(t *testing.T) {
@@ -159,9 +128,9 @@ func TestTokenBucketConfigValidation(t *testing.T) {
 		{local.TokenBucketConfig{TransientCost: -1}, "TransientCost"},
 		{local.TokenBucketConfig{ThrottlingCost: -5}, "ThrottlingCost"},
 		{local.TokenBucketConfig{SuccessReward: -1}, "SuccessReward"},
-		{local.TokenBucketConfig{Capacity: 13}, "Capacity 13 is below TransientCost 14"},
-		{local.TokenBucketConfig{Capacity: 20, TransientCost: 10, ThrottlingCost: 21}, "Capacity 20 is below ThrottlingCost 21"},
-		{local.TokenBucketConfig{TransientCost: 501}, "Capacity 500 is below TransientCost 501"},
+		{local.TokenBucketConfig{Capacity: 13}, "Capacity (13) is below TransientCost (14)"},
+		{local.TokenBucketConfig{Capacity: 20, TransientCost: 10, ThrottlingCost: 21}, "Capacity (20) is below ThrottlingCost (21)"},
+		{local.TokenBucketConfig{TransientCost: 501}, "Capacity (500) is below TransientCost (501)"},
 	} {
 		b, err := local.NewTokenBucket(c.cfg)
 		if err == nil {
@@ -171,8 +140,8 @@ func TestTokenBucketConfigValidation(t *testing.T) {
 		if b != nil {
 			t.Errorf("NewTokenBucket(%+v) returned a bucket with error %v", c.cfg, err)
 		}
-		if !strings.Contains(err.Error(), c.field) {
-			t.Errorf("NewTokenBucket(%+v) error %q does not name %q", c.cfg, err, c.field)
+		if !strings.HasPrefix(err.Error(), "herdguard: local.TokenBucketConfig."+c.field) {
+			t.Errorf("NewTokenBucket(%+v) error %q does not name local.TokenBucketConfig.%s", c.cfg, err, c.field)
 		}
 	}
 	// The smallest valid bucket: capacity equal to the dearer cost.

@@ -8,12 +8,16 @@ package retry_test
 // Each wraps an operation that succeeds at once: the cost measured is the
 // library's own, with the real clock (no fake clock anywhere).
 //
-//   - herdguard: the configuration users run. Executor.Do with the default
-//     SystemClock, a closed in-memory breaker and a local Ratio budget: the
-//     breaker gate, the budget's request count, the operation, the
-//     breaker outcome and the budget's success, timed by time.Now at the
-//     start and the monotonic clock at the end of the attempt.
-//   - herdguard-breaker: the same without a budget, what gobreaker does.
+//   - herdguard: the configuration users run, retry.Config{Breaker: br}:
+//     Executor.Do with the system clock, a closed in-memory breaker and the
+//     default local ratio budget: the breaker gate, the budget's request
+//     count, the operation, the breaker outcome and the budget's success,
+//     timed by time.Now at the start and the monotonic clock at the end of
+//     the attempt.
+//   - herdguard-local.Ratio: the same with a local.Ratio of the caller's
+//     (the public wrapper over the default's implementation).
+//   - herdguard-breaker: the same without a budget (Budgets: an empty
+//     slice), what gobreaker does.
 //   - gobreaker (count-based) and gobreaker-rolling (a 10 s window in 1 s
 //     buckets, like herdguard's): CircuitBreaker.Execute, which reads
 //     time.Now twice per call.
@@ -40,18 +44,22 @@ import (
 )
 
 // newBenchExecutor returns an Executor with the default (system) clock, a
-// breaker and, if withBudget, a local Ratio budget.
-func newBenchExecutor(b *testing.B, withBudget bool) *retry.Executor {
+// breaker and budgets: nil for the default local ratio.
+func newBenchExecutor(b *testing.B, budgets func() []budget.Budget) *retry.Executor {
 	b.Helper()
 	cfg := retry.Config{Breaker: mustBreaker(b)}
-	if withBudget {
-		ratio, err := local.NewRatio(local.RatioConfig{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg.Budgets = []budget.Budget{ratio}
+	if budgets != nil {
+		cfg.Budgets = budgets()
 	}
 	return mustNew(b, cfg)
+}
+
+func localRatio() []budget.Budget {
+	ratio, err := local.NewRatio(local.RatioConfig{})
+	if err != nil {
+		panic(err)
+	}
+	return []budget.Budget{ratio}
 }
 
 var sinkTime time.Time
@@ -64,10 +72,11 @@ func BenchmarkHealthyPath(b *testing.B) {
 
 	for _, hg := range []struct {
 		name   string
-		budget bool
+		budget func() []budget.Budget
 	}{
-		{"herdguard", true},
-		{"herdguard-breaker", false},
+		{"herdguard", nil},
+		{"herdguard-local.Ratio", localRatio},
+		{"herdguard-breaker", func() []budget.Budget { return noBudget }},
 	} {
 		b.Run(hg.name, func(b *testing.B) {
 			e := newBenchExecutor(b, hg.budget)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/hint"
 )
 
 // Verdict is a classifier's answer about one failed attempt: retry it (and
@@ -67,8 +68,8 @@ func (v Verdict) String() string {
 	}
 }
 
-// Retryable reports whether v retries (RetryTransient or RetryThrottling).
-func (v Verdict) Retryable() bool { return v == RetryTransient || v == RetryThrottling }
+// retryable reports whether v retries (RetryTransient or RetryThrottling).
+func (v Verdict) retryable() bool { return v == RetryTransient || v == RetryThrottling }
 
 // kind maps a retrying verdict to the budget kind it is charged as.
 func (v Verdict) kind() budget.Kind {
@@ -97,17 +98,17 @@ func (v Verdict) outcome() breaker.Outcome {
 // it for failures that leave that open (timeouts, resets).
 //
 // Classifiers must be cheap, must not block and are called concurrently.
-// Callers' classifiers (Config.Classifiers) run before the built-in chain
-// ClassifyControl, ClassifyStatus, ClassifyNetwork.
+// Callers' classifiers (Config.Classifiers) run before the built-in chain,
+// which the package documentation describes.
 type Classifier func(err error, idempotent bool) Verdict
 
-// ClassifyControl handles errors that are decisions rather than faults:
+// classifyControl handles errors that are decisions rather than faults:
 // context.Canceled (NoRetryExcluded), and refusals of another herdguard
 // layer (budget.ErrExhausted, breaker.ErrOpen, returned by an executor
 // nested inside the operation), which are never retried again on top
 // (NoRetryExcluded): retrying at every layer is what multiplies the load.
-// context.DeadlineExceeded is left to ClassifyNetwork, as a timeout.
-func ClassifyControl(err error, _ bool) Verdict {
+// context.DeadlineExceeded is left to classifyNetwork, as a timeout.
+func classifyControl(err error, _ bool) Verdict {
 	if errors.Is(err, context.Canceled) ||
 		errors.Is(err, budget.ErrExhausted) ||
 		errors.Is(err, breaker.ErrOpen) {
@@ -116,17 +117,24 @@ func ClassifyControl(err error, _ bool) Verdict {
 	return NoOpinion
 }
 
-// ClassifyStatus handles *StatusError: 408, 500, 502 and 504 retry as
-// transient; 429 retries as throttling; 503 retries as throttling when it
-// carries a Retry-After (the server said when to come back, so it is
-// shedding load) and as transient otherwise. These statuses are retried
-// whether or not the call is idempotent: the partner answered that it did
-// not do the work. Every other status is NoRetry (the partner is healthy;
-// the request is wrong), except other 5xx (501, 505, ...), which are
-// NoRetryFailure. (Transport does not repeat a request whose method is not
-// idempotent and that carries no idempotency key, whatever the status: it
-// retries such a request only when it provably never reached the partner.)
-func ClassifyStatus(err error, _ bool) Verdict {
+// classifyStatus handles *StatusError. One rule for every call, Do's and
+// Transport's alike: a call that is not idempotent is retried only when the
+// answer proves that the partner did not do the work.
+//
+//   - 429, and 503 with a Retry-After (or x-amz-retry-after): the partner
+//     refused the request and said when to come back. Retried as
+//     throttling, idempotent or not.
+//   - 408, 500, 502, 504, and 503 without a hint: retried as transient only
+//     when the call is idempotent; otherwise NoRetryFailure. The partner,
+//     or the upstream behind a gateway, may have done the work: a 502 or
+//     504 is a gateway's word for an upstream that failed or was slow
+//     after the request reached it, a 500 may come after a partial write,
+//     and a bare 503 is what a proxy such as Envoy answers when the
+//     upstream reset the connection after reading the request.
+//   - Other 5xx (501, 505, ...): NoRetryFailure.
+//   - Every other status: NoRetry (the partner is healthy; the request is
+//     wrong).
+func classifyStatus(err error, idempotent bool) Verdict {
 	var se *StatusError
 	if !errors.As(err, &se) {
 		return NoOpinion
@@ -138,10 +146,10 @@ func ClassifyStatus(err error, _ bool) Verdict {
 		if se.RetryAfter > 0 {
 			return RetryThrottling
 		}
-		return RetryTransient
+		return transientIf(idempotent)
 	case http.StatusRequestTimeout, http.StatusInternalServerError,
 		http.StatusBadGateway, http.StatusGatewayTimeout:
-		return RetryTransient
+		return transientIf(idempotent)
 	}
 	if se.StatusCode >= 500 && se.StatusCode <= 599 {
 		return NoRetryFailure
@@ -149,7 +157,17 @@ func ClassifyStatus(err error, _ bool) Verdict {
 	return NoRetry
 }
 
-// ClassifyNetwork handles timeouts and connection errors.
+// transientIf is RetryTransient for an idempotent call, NoRetryFailure
+// otherwise: a partner fault after which the partner may have done the
+// work.
+func transientIf(idempotent bool) Verdict {
+	if idempotent {
+		return RetryTransient
+	}
+	return NoRetryFailure
+}
+
+// classifyNetwork handles timeouts and connection errors.
 //
 // Errors proving the request never reached the partner are retried as
 // transient whatever the idempotency: failed dials (*net.OpError with Op
@@ -161,7 +179,7 @@ func ClassifyStatus(err error, _ bool) Verdict {
 // aborts, broken pipes, io.ErrUnexpectedEOF, io.EOF) are retried as
 // transient only when the call is idempotent; otherwise they give up with
 // NoRetryFailure.
-func ClassifyNetwork(err error, idempotent bool) Verdict {
+func classifyNetwork(err error, idempotent bool) Verdict {
 	if neverSent(err) {
 		return RetryTransient
 	}
@@ -170,10 +188,7 @@ func ClassifyNetwork(err error, idempotent bool) Verdict {
 		return NoRetryExcluded
 	}
 	if mayHaveReached(err) {
-		if idempotent {
-			return RetryTransient
-		}
-		return NoRetryFailure
+		return transientIf(idempotent)
 	}
 	return NoOpinion
 }
@@ -209,11 +224,12 @@ func mayHaveReached(err error) bool {
 }
 
 // defaultClassifiers is the built-in chain, run after Config.Classifiers.
-var defaultClassifiers = [...]Classifier{ClassifyControl, ClassifyStatus, ClassifyNetwork}
+var defaultClassifiers = [...]Classifier{classifyControl, classifyStatus, classifyNetwork}
 
 // StatusError is the error an operation returns for an HTTP response it
-// counts as failed. ClassifyStatus decides from StatusCode; the executor
-// waits at least RetryAfter before the retry.
+// counts as failed. The built-in classification decides from StatusCode
+// (see the package documentation); the executor waits at least RetryAfter
+// before the retry.
 //
 //	if resp.StatusCode >= 400 {
 //		return retry.NewStatusError(resp, time.Now())
@@ -236,7 +252,7 @@ type StatusError struct {
 // Retry-After headers relative to now. It does not touch the body: the
 // caller drains and closes it as usual.
 func NewStatusError(resp *http.Response, now time.Time) *StatusError {
-	d, _ := RetryAfterFromHeader(resp.Header, now)
+	d, _ := hint.FromHeader(resp.Header, now)
 	return &StatusError{StatusCode: resp.StatusCode, RetryAfter: d, Status: resp.Status, Header: resp.Header}
 }
 

@@ -10,8 +10,7 @@
 // runs:
 //
 //  1. the breaker gate (Config.Breaker.Allow): an open breaker rejects the
-//     attempt with a *breaker.OpenError carrying the time until its next
-//     probe;
+//     attempt, with the time until its next probe;
 //  2. the attempt, optionally bounded by Config.AttemptTimeout;
 //  3. classification of its error (see Classifier) and the outcome for the
 //     breaker: Success for a success and for the caller's own mistakes
@@ -28,10 +27,10 @@
 //     idle time paid for;
 //  5. the breaker gate for the next attempt, before any budget is asked, so
 //     that a retry the breaker rejects is never charged to them;
-//  6. the budgets (Config.Budgets, asked in order with budget.AcquireAll:
-//     the local in-memory one, then the fleet-wide one). A refusal ends the
-//     call with a *budget.ExhaustedError and hands the breaker's permit back
-//     as Excluded; a layer whose store failed is reported to OnStoreError
+//  6. the budgets (Config.Budgets, asked in order: the local in-memory one,
+//     then the fleet-wide one; by default a local ratio of the Executor's
+//     own). A refusal ends the
+//     call and hands the breaker's permit back as Excluded; a layer whose store failed is reported to OnStoreError
 //     and abstains or refuses, as it chooses (budget.Global refuses unless
 //     configured with FailOpen);
 //  7. the wait, through Config.Clock, which returns early when the context
@@ -45,15 +44,14 @@
 //
 // # Errors
 //
-// When the executor gives up on the partner's answer it returns a
-// *GiveUpError wrapping the partner's error: errors.Is and errors.As reach
-// the original (a *StatusError, a net.Error, ...), and Attempts and Reason
-// say how it ended. A budget's refusal is a *budget.ExhaustedError
-// (errors.Is(err, budget.ErrExhausted)) holding the attempt count and the
-// partner's error; a breaker's is a *breaker.OpenError
-// (errors.Is(err, breaker.ErrOpen)). RetryAfter extracts the hint any of
-// them carries, so that a handler can answer 503 with a Retry-After rather
-// than retrying on top:
+// Every error the Executor returns is a *GiveUpError: Reason and Attempts
+// say how the call ended, and it unwraps to the partner's last error
+// (errors.Is and errors.As reach a *StatusError, a net.Error, ...) and to
+// what stopped the call when that was not the partner: a budget's
+// *budget.ExhaustedError (errors.Is(err, budget.ErrExhausted)), the
+// breaker's *breaker.OpenError (errors.Is(err, breaker.ErrOpen)), or the
+// context's error. RetryAfter extracts the hint it carries, so that a
+// handler can answer 503 with a Retry-After rather than retrying on top:
 //
 //	err := e.Do(ctx, op)
 //	if d, ok := retry.RetryAfter(err); ok && (errors.Is(err, budget.ErrExhausted) || errors.Is(err, breaker.ErrOpen)) {
@@ -64,29 +62,48 @@
 //
 // # Classification
 //
-// Callers' Config.Classifiers run first, then ClassifyControl,
-// ClassifyStatus and ClassifyNetwork; the first answer other than NoOpinion
-// wins, and an error nobody recognises is not retried (it is most likely a
-// bug in the caller, which a retry would repeat). 408, 429, 500, 502, 503
-// and 504 are retried, 429 and 503-with-Retry-After as throttling; 400,
-// 401, 403, 404 and 422 never are. Timeouts and broken connections are
-// retried only when the call is idempotent (Config.Idempotent for Do, or
-// per call with DoIdempotent), because the partner may already have acted
-// on the request; a failed dial or a refused connection never reached it
-// and is always retried.
+// Callers' Config.Classifiers run first, then the built-in chain; the first
+// answer other than NoOpinion wins, and an error nobody recognises is not
+// retried (it is most likely a bug in the caller, which a retry would
+// repeat). The built-in chain:
+//
+//   - context.Canceled, and another herdguard layer's refusal
+//     (budget.ErrExhausted, breaker.ErrOpen, from an Executor nested in the
+//     operation): not retried, not counted by the breaker (retrying at
+//     every layer is what multiplies the load).
+//   - A *StatusError: 429, and 503 with a Retry-After (or
+//     x-amz-retry-after), are retried as throttling; 408, 500, 502, 504 and
+//     a bare 503 as transient failures, but only when the call is
+//     idempotent; 400, 401, 403, 404, 422 and other 4xx never (the breaker
+//     counts them as successes: the partner is healthy), nor 501, 505 and
+//     other 5xx.
+//   - Failures proving the request never reached the partner (a failed
+//     dial, a refused connection, a temporary DNS failure) are retried;
+//     timeouts, resets and broken connections only when the call is
+//     idempotent.
+//
+// One rule covers Do and Transport: a call that is not idempotent
+// (Config.Idempotent unset for Do, or DoIdempotent with false; a POST or
+// PATCH without Idempotency-Key for Transport) is retried only when the
+// partner provably did not do the work: the request never left, or the
+// partner refused it and said when to come back (429, 503 with
+// Retry-After). After a 500, a gateway's 502 or 504, a bare 503 (what a
+// proxy such as Envoy answers when the upstream reset the connection after
+// reading the request), a 408 or a timeout, the partner or its upstream may
+// have done the work, and a retry could do it twice.
 //
 // # HTTP
 //
 // Transport is an http.RoundTripper over an Executor: GET, HEAD, OPTIONS,
-// TRACE, PUT and DELETE are retried, POST and PATCH only with an
+// TRACE, PUT and DELETE are idempotent, and so are POST and PATCH with an
 // Idempotency-Key (which TransportOptions.GenerateIdempotencyKey can add);
-// bodies are replayed through GetBody; each attempt carries an attempt
-// header; failed responses are drained and closed before the next attempt,
-// and Retry-After and x-amz-retry-after are honoured.
+// bodies are replayed through GetBody; each attempt carries its number in
+// an attempt header; failed responses are drained and closed before the
+// next attempt, and Retry-After and x-amz-retry-after are honoured.
 //
 // # Hooks, logging and Flush
 //
-// OnRetry, OnGiveUp, OnBudgetExhausted and OnStoreError observe the loop;
+// OnRetry, OnGiveUp and OnStoreError observe the loop;
 // breaker state changes are reported by the breaker itself, through
 // breaker.Settings.OnStateChange. A *slog.Logger (nil by default: silent)
 // logs budget exhaustion and store faults at Warn and give-ups at Info (at
@@ -102,7 +119,9 @@
 // AttemptTimeout) Do and the generic Do make no allocation; see
 // BenchmarkHealthyPath for a comparison with sony/gobreaker and failsafe-go.
 //
-// Time comes from Config.Clock and randomness from Config.Rand, both
-// injectable, so tests and simulations drive the loop, the budgets and the
-// breaker deterministically.
+// Time comes from time.Now, read at every call, and randomness from
+// math/rand/v2. To test code that uses an Executor, run it in a
+// testing/synctest bubble (Go 1.25), whose fake clock drives the waits, the
+// budgets' windows and the breaker's durations; simulations inject
+// Config.Clock and Config.Rand instead.
 package retry

@@ -3,6 +3,7 @@ package retry
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -23,12 +24,14 @@ const (
 	// RetryAfterTooLong: the partner's Retry-After exceeded
 	// Config.MaxRetryAfter.
 	RetryAfterTooLong
-	// ContextDone: the context ended while waiting, or before an attempt.
+	// ContextDone: the context ended while waiting, or before the first
+	// attempt. Cause is ctx.Err().
 	ContextDone
-	// BudgetExhausted: a retry budget refused the retry. The error returned
-	// is a *budget.ExhaustedError, not a *GiveUpError.
+	// BudgetExhausted: a retry budget refused the retry. Cause is the
+	// budget's *budget.ExhaustedError.
 	BudgetExhausted
-	// BreakerOpen: the circuit breaker rejected the attempt.
+	// BreakerOpen: the circuit breaker rejected the attempt, the first
+	// one included. Cause is the breaker's *breaker.OpenError.
 	BreakerOpen
 )
 
@@ -54,43 +57,53 @@ func (r Reason) String() string {
 	}
 }
 
-// GiveUpError is returned when the executor gives up on a call after at
-// least one attempt: it carries the partner's error from the last attempt
-// and the number of attempts, and unwraps to the partner's error, so
-// errors.Is and errors.As see through it:
+// GiveUpError is every error an Executor returns (Do, DoIdempotent,
+// the generic Do and DoIdempotent, a Transport's refusals, StartAttempt
+// and AcquireRetry): Reason says why it stopped, Attempts how many attempts
+// reached the partner, Err is the partner's error from the last attempt
+// (nil when none was made) and Cause what stopped the call when that is
+// not Err itself: the budget's *budget.ExhaustedError, the breaker's
+// *breaker.OpenError, or ctx.Err(). It unwraps to both, so that
 //
-//	var se *retry.StatusError
-//	errors.As(err, &se)  // the partner's 503
-//	var gu *retry.GiveUpError
-//	errors.As(err, &gu)  // gu.Attempts, gu.Reason
+//	errors.Is(err, budget.ErrExhausted) // a budget refused the retry
+//	errors.Is(err, breaker.ErrOpen)     // the breaker rejected an attempt
+//	errors.Is(err, context.Canceled)    // the caller gave up
+//	errors.As(err, &statusErr)          // the partner's *StatusError
+//	errors.As(err, &giveUp)             // giveUp.Attempts, giveUp.Reason
 //
-// When the breaker rejected a later attempt, or the context ended during
-// the wait, Cause holds that error (*breaker.OpenError, ctx.Err()) and is
-// unwrapped too: errors.Is(err, breaker.ErrOpen) and
-// errors.Is(err, context.Canceled) hold.
+// hold as they apply, and RetryAfter(err) returns the hint a handler passes
+// on with a 503.
 type GiveUpError struct {
-	// Attempts is the number of attempts made.
+	// Attempts is the number of attempts made (0 when the breaker rejected
+	// the first one, or the context had ended before it).
 	Attempts int
 	// Reason is why no further attempt was made.
 	Reason Reason
-	// Err is the partner's error from the last attempt.
+	// Err is the partner's error from the last attempt; nil if none was
+	// made.
 	Err error
-	// Cause is what stopped the retries when that is not Err itself: the
-	// breaker's *OpenError or the context's error. Usually nil.
+	// Cause is what stopped the call when that is not Err itself: the
+	// budget's *budget.ExhaustedError (Reason BudgetExhausted), the
+	// breaker's *breaker.OpenError (BreakerOpen), or the context's error
+	// (ContextDone). Nil for the other reasons.
 	Cause error
-	// RetryAfter is the partner's Retry-After from the last attempt, or the
-	// breaker's hint with BreakerOpen; zero when unknown.
+	// RetryAfter is the longest wait the partner's last answer, the
+	// refusing budget or the breaker asked for; zero when none did.
 	RetryAfter time.Duration
 }
 
-// Error describes the give-up and the partner's error.
+// Error describes the give-up, the partner's error and the cause.
 func (e *GiveUpError) Error() string {
-	msg := "herdguard: gave up after " + strconv.Itoa(e.Attempts) + " attempt(s) (" + e.Reason.String() + ")"
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+	msg := "herdguard: " + e.Reason.String()
+	if e.Attempts > 0 {
+		msg = "herdguard: gave up after " + strconv.Itoa(e.Attempts) + " attempt(s) (" + e.Reason.String() + ")"
 	}
-	if e.Cause != nil {
-		msg += "; " + e.Cause.Error()
+	sep := ": "
+	for _, err := range [...]error{e.Err, e.Cause} {
+		if err != nil {
+			msg += sep + strings.TrimPrefix(err.Error(), "herdguard: ")
+			sep = "; "
+		}
 	}
 	return msg
 }
@@ -117,13 +130,14 @@ func (e *GiveUpError) Timeout() bool {
 	return errors.As(e.Err, &t) && t.Timeout()
 }
 
-// RetryAfter returns the longest wait a refusal or a give-up carries, for a
-// handler to pass on as an HTTP Retry-After (together with a 503):
+// RetryAfter returns the longest wait an error carries, for a handler to
+// pass on as an HTTP Retry-After (together with a 503):
+//   - a *GiveUpError's RetryAfter, the longest of those below;
 //   - *budget.ExhaustedError: its RetryAfter (the executor fills in the
 //     wait it would have made when the budget could not tell);
 //   - *breaker.OpenError: the time until the breaker's next probe;
-//   - *GiveUpError and *StatusError (or any RetryAfterHinter): the
-//     partner's own Retry-After.
+//   - *StatusError (or any RetryAfterHinter): the partner's own
+//     Retry-After.
 //
 // It reports false when err carries no positive hint.
 func RetryAfter(err error) (time.Duration, bool) {

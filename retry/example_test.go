@@ -18,7 +18,10 @@ import (
 )
 
 // An Executor with a local token bucket and a breaker retries a partner
-// that fails twice with 503.
+// that turns an order away twice with 503 and Retry-After (it is shedding
+// load: the order was not booked, so it can be sent again). A bare 503, a
+// 500 or a timeout would not be retried for a call that is not idempotent:
+// the order may have been booked.
 func ExampleExecutor_Do() {
 	bucket, err := local.NewTokenBucket(local.TokenBucketConfig{}) // AWS SDK defaults: 500 tokens, 14 per transient retry
 	if err != nil {
@@ -29,9 +32,9 @@ func ExampleExecutor_Do() {
 		panic(err)
 	}
 	e, err := retry.New(retry.Config{
-		Budgets:       []budget.Budget{bucket},
-		Breaker:       br,
-		TransientBase: time.Millisecond, // keep the example fast
+		Budgets:        []budget.Budget{bucket},
+		Breaker:        br,
+		ThrottlingBase: time.Millisecond, // keep the example fast
 		OnRetry: func(ev retry.RetryEvent) {
 			fmt.Printf("attempt %d: %v; retrying (%s)\n", ev.Attempt, ev.Err, ev.Kind)
 		},
@@ -42,19 +45,19 @@ func ExampleExecutor_Do() {
 
 	err = e.Do(context.Background(), func(ctx context.Context, attempt int) error {
 		if attempt < 3 {
-			return &retry.StatusError{StatusCode: http.StatusServiceUnavailable}
+			return &retry.StatusError{StatusCode: http.StatusServiceUnavailable, RetryAfter: time.Millisecond}
 		}
 		fmt.Printf("attempt %d: order booked\n", attempt)
 		return nil
 	})
 	fmt.Println("error:", err)
-	fmt.Println("tokens left:", bucket.Available()) // the successful retry got its 14 back
+	fmt.Println("tokens left:", bucket.Available()) // 5 per throttling retry; the successful one got its 5 back
 	// Output:
-	// attempt 1: herdguard: partner answered 503 Service Unavailable; retrying (transient)
-	// attempt 2: herdguard: partner answered 503 Service Unavailable; retrying (transient)
+	// attempt 1: herdguard: partner answered 503 Service Unavailable (retry after 1ms); retrying (throttling)
+	// attempt 2: herdguard: partner answered 503 Service Unavailable (retry after 1ms); retrying (throttling)
 	// attempt 3: order booked
 	// error: <nil>
-	// tokens left: 486
+	// tokens left: 495
 }
 
 // The generic Do returns the successful attempt's value.
@@ -120,6 +123,7 @@ func ExampleRetryAfter() {
 	}
 	e, err := retry.New(retry.Config{
 		MaxAttempts:   5,
+		Idempotent:    true,
 		Budgets:       []budget.Budget{bucket},
 		TransientBase: 10 * time.Millisecond,
 		Rand:          func() float64 { return 0.5 },
@@ -131,9 +135,9 @@ func ExampleRetryAfter() {
 		return &retry.StatusError{StatusCode: http.StatusServiceUnavailable}
 	})
 
-	var exhausted *budget.ExhaustedError
-	if errors.As(err, &exhausted) {
-		fmt.Println("budget exhausted after", exhausted.Attempts, "attempts")
+	var gu *retry.GiveUpError
+	if errors.As(err, &gu) && gu.Reason == retry.BudgetExhausted {
+		fmt.Println("budget exhausted after", gu.Attempts, "attempts")
 	}
 	if d, ok := retry.RetryAfter(err); ok {
 		secs := int(math.Ceil(d.Seconds()))
@@ -142,17 +146,4 @@ func ExampleRetryAfter() {
 	// Output:
 	// budget exhausted after 2 attempts
 	// respond: 503, Retry-After: 1
-}
-
-// Retry-After comes as seconds or as an HTTP date.
-func ExampleParseRetryAfter() {
-	now := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
-	for _, v := range []string{"120", "Mon, 30 Nov 2026 03:00:30 GMT", "soon"} {
-		d, ok := retry.ParseRetryAfter(v, now)
-		fmt.Println(d, ok)
-	}
-	// Output:
-	// 2m0s true
-	// 30s true
-	// 0s false
 }

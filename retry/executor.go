@@ -8,9 +8,11 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	attemptctx "github.com/herdguard/herdguard/internal/attempt"
+	"github.com/herdguard/herdguard/internal/ratio"
 )
 
 // Config configures an Executor. The zero value of every field means its
@@ -18,17 +20,18 @@ import (
 // (On*) run synchronously on the calling goroutine and must not block.
 type Config struct {
 	// MaxAttempts is the number of attempts of one call, the first one
-	// included (default DefaultMaxAttempts; 1 disables retries).
+	// included (default 3; 1 disables retries).
 	MaxAttempts int
 
 	// TransientBase is the backoff base after a transient failure (default
-	// DefaultTransientBase), ThrottlingBase after throttling (default
-	// DefaultThrottlingBase). The wait before retry n (from 0) is full
+	// 50 ms), ThrottlingBase after throttling (default 1 s), as in the AWS
+	// SDKs' 2026 retry behaviour. The wait before retry n (from 0) is full
 	// jitter: random × min(MaxDelay, base × 2^n). A base set above MaxDelay
 	// is an error; a defaulted base above MaxDelay is lowered to MaxDelay.
 	TransientBase  time.Duration
 	ThrottlingBase time.Duration
-	// MaxDelay caps the jitter part of one wait (default DefaultMaxDelay).
+	// MaxDelay caps the jitter part of one wait (default 20 s; a server's
+	// Retry-After comes on top, bounded by MaxRetryAfter and the deadline).
 	MaxDelay time.Duration
 
 	// AttemptTimeout, if positive, bounds each attempt with
@@ -42,12 +45,13 @@ type Config struct {
 	// DeadlineMargin is kept free before the context's deadline: when
 	// now + wait would reach deadline - DeadlineMargin the executor gives
 	// up at once with the partner's error (Reason DeadlineTooClose) instead
-	// of sleeping into a deadline it cannot meet (default
-	// DefaultDeadlineMargin; use a tiny positive value for "no margin").
+	// of sleeping into a deadline it cannot meet, so that the caller still
+	// has time to answer (a Lambda handler its 503). Default 100 ms; use a
+	// tiny positive value for "no margin".
 	DeadlineMargin time.Duration
 
-	// MaxRetryAfter is the longest Retry-After honoured (default
-	// DefaultMaxRetryAfter). Retry-After is a lower bound (wait = hint +
+	// MaxRetryAfter is the longest Retry-After honoured (default 1 min).
+	// Retry-After is a lower bound (wait = hint +
 	// jitter, never less than the partner asked), so a longer hint is not
 	// shortened: the executor gives up at once with the partner's error
 	// (Reason RetryAfterTooLong). Together with the deadline check this
@@ -56,19 +60,25 @@ type Config struct {
 	MaxRetryAfter time.Duration
 
 	// Idempotent says whether Do's calls may be repeated after they may
-	// have reached the partner (a timeout, a reset connection). Statuses
-	// the partner sends to ask for a retry (408, 429, 5xx) and failures
-	// before the request left are retried either way. DoIdempotent and the
-	// generic DoIdempotent choose per call.
+	// have reached the partner: a timeout, a reset connection, a 408, 500,
+	// 502, 504 or a 503 without Retry-After. Failures before the request
+	// left, 429, and 503 with Retry-After are retried either way (the
+	// partner refused the work). DoIdempotent and the generic DoIdempotent
+	// choose per call.
 	Idempotent bool
 
-	// Budgets are asked, in order, before every retry; all must grant
-	// (budget.AcquireAll). Put the in-memory local budget first and the
-	// fleet-wide one after it, so that a local refusal costs no store call.
-	// A layer that cannot reach its store is reported to OnStoreError and
-	// abstains or refuses, as it chooses (budget.Global refuses unless
-	// configured with FailOpen). No budgets: retries are limited by
-	// MaxAttempts only.
+	// Budgets are asked, in order, before every retry; all must grant.
+	// Nil (the default) is a local ratio budget of the Executor's own:
+	// retries at most 10% of its requests over a sliding 10 s window, and
+	// at least 3 per window (local.Ratio with its defaults). A non-nil
+	// empty slice is no budget at all: retries are then bounded by
+	// MaxAttempts only, which multiplies the load on a failing partner.
+	//
+	// Put the in-memory local budget first and the fleet-wide one after
+	// it, so that a local refusal costs no store call. A layer that cannot
+	// reach its store is reported to OnStoreError and abstains or refuses,
+	// as it chooses (budget.Global refuses unless configured with
+	// FailOpen).
 	Budgets []budget.Budget
 
 	// Breaker, if not nil, gates every attempt (the first and each retry)
@@ -76,13 +86,16 @@ type Config struct {
 	// through breaker.Settings.OnStateChange, set where the breaker is made.
 	Breaker *breaker.Breaker
 
-	// Classifiers run, in order, before the built-in chain (ClassifyControl,
-	// ClassifyStatus, ClassifyNetwork); the first answer other than
-	// NoOpinion wins. Return NoRetryExcluded for errors that are not the
-	// partner's fault, so the breaker does not count them.
+	// Classifiers run, in order, before the built-in classification (see
+	// the package documentation); the first answer other than NoOpinion
+	// wins. Return NoRetryExcluded for errors that are not the partner's
+	// fault, so the breaker does not count them.
 	Classifiers []Classifier
 
-	// Clock is the source of time and sleep (default SystemClock).
+	// Clock is the source of time and sleep; nil is the system clock
+	// (time.Now, read at every call, and a timer). Tests of code that uses
+	// an Executor can run it in a testing/synctest bubble instead of
+	// injecting a clock.
 	Clock Clock
 	// Rand returns numbers in [0, 1) for the jitter (default
 	// math/rand/v2.Float64). It is called concurrently.
@@ -91,13 +104,11 @@ type Config struct {
 	// OnRetry is called before every backoff wait, after the budgets
 	// granted the retry.
 	OnRetry func(RetryEvent)
-	// OnGiveUp is called whenever a call ends with an error after the
-	// executor decided not to go on (including budget and breaker
-	// refusals).
-	OnGiveUp func(GiveUpEvent)
-	// OnBudgetExhausted is called when a budget refuses a retry, with the
-	// error about to be returned.
-	OnBudgetExhausted func(*budget.ExhaustedError)
+	// OnGiveUp is called whenever a call ends with an error, with the
+	// error about to be returned: the partner's last error, a budget's
+	// refusal (Reason BudgetExhausted), the breaker's (BreakerOpen), the
+	// context's end (ContextDone).
+	OnGiveUp func(*GiveUpError)
 	// OnStoreError is called when budget layer Budgets[layer] could not
 	// reach its store (it then abstained, or refused if it fails closed).
 	OnStoreError func(layer int, err error)
@@ -121,28 +132,10 @@ type RetryEvent struct {
 	Kind budget.Kind
 }
 
-// GiveUpEvent describes a call that ends in an error.
-type GiveUpEvent struct {
-	// Attempts is the number of attempts made (0 when the breaker rejected
-	// the first one).
-	Attempts int
-	// Reason is why the executor stopped.
-	Reason Reason
-	// Err is the error returned to the caller.
-	Err error
+// configError is a Config field New rejected.
+func configError(field, reason string) error {
+	return &herdguard.ConfigError{Field: "retry.Config." + field, Reason: reason}
 }
-
-// ConfigError is a Config field New rejected.
-type ConfigError struct {
-	// Field is the name of the Config field, e.g. "MaxAttempts" or
-	// "Budgets[1]".
-	Field string
-	// Reason says what is wrong with it.
-	Reason string
-}
-
-// Error names the field and the reason.
-func (e *ConfigError) Error() string { return "herdguard: retry Config." + e.Field + " " + e.Reason }
 
 // Executor runs calls with retries behind a breaker and retry budgets. It
 // is immutable after New and safe for concurrent use; keep one per partner
@@ -161,15 +154,14 @@ type Executor struct {
 	breaker     *breaker.Breaker
 	classifiers []Classifier
 	clock       Clock
-	sys         bool // clock is SystemClock: time an attempt with the monotonic clock
+	sys         bool // clock is the system clock: time an attempt with the monotonic clock
 	rand        func() float64
 
-	onRetry           func(RetryEvent)
-	onGiveUp          func(GiveUpEvent)
-	onBudgetExhausted func(*budget.ExhaustedError)
-	onStoreError      func(int, error)
-	logger            *slog.Logger
-	storeErr          func(int, error) // nil when nobody listens
+	onRetry      func(RetryEvent)
+	onGiveUp     func(*GiveUpError)
+	onStoreError func(int, error)
+	logger       *slog.Logger
+	storeErr     func(int, error) // nil when nobody listens
 }
 
 // New validates cfg, fills in the defaults and returns an Executor.
@@ -178,45 +170,52 @@ func New(cfg Config) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{
-		maxAttempts:       cfg.MaxAttempts,
-		transientBase:     cfg.TransientBase,
-		throttlingBase:    cfg.ThrottlingBase,
-		maxDelay:          cfg.MaxDelay,
-		attemptTimeout:    cfg.AttemptTimeout,
-		margin:            cfg.DeadlineMargin,
-		maxRetryAfter:     cfg.MaxRetryAfter,
-		idempotent:        cfg.Idempotent,
-		breaker:           cfg.Breaker,
-		clock:             cfg.Clock,
-		rand:              cfg.Rand,
-		onRetry:           cfg.OnRetry,
-		onGiveUp:          cfg.OnGiveUp,
-		onBudgetExhausted: cfg.OnBudgetExhausted,
-		onStoreError:      cfg.OnStoreError,
-		logger:            cfg.Logger,
+		maxAttempts:    cfg.MaxAttempts,
+		transientBase:  cfg.TransientBase,
+		throttlingBase: cfg.ThrottlingBase,
+		maxDelay:       cfg.MaxDelay,
+		attemptTimeout: cfg.AttemptTimeout,
+		margin:         cfg.DeadlineMargin,
+		maxRetryAfter:  cfg.MaxRetryAfter,
+		idempotent:     cfg.Idempotent,
+		breaker:        cfg.Breaker,
+		clock:          cfg.Clock,
+		rand:           cfg.Rand,
+		onRetry:        cfg.OnRetry,
+		onGiveUp:       cfg.OnGiveUp,
+		onStoreError:   cfg.OnStoreError,
+		logger:         cfg.Logger,
 	}
 	switch {
 	case cfg.MaxAttempts < 0:
-		return nil, &ConfigError{"MaxAttempts", fmt.Sprintf("is %d; want at least 1 (0 means %d)", cfg.MaxAttempts, DefaultMaxAttempts)}
+		return nil, configError("MaxAttempts", fmt.Sprintf("is %d; want at least 1 (0 means %d)", cfg.MaxAttempts, defaultMaxAttempts))
 	case cfg.MaxAttempts == 0:
-		e.maxAttempts = DefaultMaxAttempts
+		e.maxAttempts = defaultMaxAttempts
 	}
 	for i, b := range cfg.Budgets {
 		if b == nil {
-			return nil, &ConfigError{fmt.Sprintf("Budgets[%d]", i), "is nil"}
+			return nil, configError(fmt.Sprintf("Budgets[%d]", i), "is nil")
 		}
 	}
-	e.budgets = append([]budget.Budget(nil), cfg.Budgets...)
+	if cfg.Budgets == nil {
+		r, err := ratio.New(ratio.Config{})
+		if err != nil {
+			return nil, err // cannot happen: the defaults are valid
+		}
+		e.budgets = []budget.Budget{r}
+	} else {
+		e.budgets = append([]budget.Budget(nil), cfg.Budgets...)
+	}
 	for i, c := range cfg.Classifiers {
 		if c == nil {
-			return nil, &ConfigError{fmt.Sprintf("Classifiers[%d]", i), "is nil"}
+			return nil, configError(fmt.Sprintf("Classifiers[%d]", i), "is nil")
 		}
 	}
 	e.classifiers = append([]Classifier(nil), cfg.Classifiers...)
 	if e.clock == nil {
-		e.clock = SystemClock{}
+		e.clock = systemClock{}
 	}
-	if _, ok := e.clock.(SystemClock); ok {
+	if _, ok := e.clock.(systemClock); ok {
 		e.sys = true
 	}
 	if e.rand == nil {
@@ -243,32 +242,32 @@ func validateDurations(cfg *Config) error {
 		{"MaxRetryAfter", cfg.MaxRetryAfter},
 	} {
 		if f.d < 0 {
-			return &ConfigError{f.name, fmt.Sprintf("is negative (%s)", f.d)}
+			return configError(f.name, fmt.Sprintf("is negative (%s)", f.d))
 		}
 	}
 	if cfg.MaxDelay == 0 {
-		cfg.MaxDelay = DefaultMaxDelay
+		cfg.MaxDelay = defaultMaxDelay
 	}
 	for _, b := range [...]struct {
 		name string
 		d    *time.Duration
 		def  time.Duration
 	}{
-		{"TransientBase", &cfg.TransientBase, DefaultTransientBase},
-		{"ThrottlingBase", &cfg.ThrottlingBase, DefaultThrottlingBase},
+		{"TransientBase", &cfg.TransientBase, defaultTransientBase},
+		{"ThrottlingBase", &cfg.ThrottlingBase, defaultThrottlingBase},
 	} {
 		switch {
 		case *b.d == 0:
 			*b.d = min(b.def, cfg.MaxDelay)
 		case *b.d > cfg.MaxDelay:
-			return &ConfigError{b.name, fmt.Sprintf("(%s) is above MaxDelay (%s)", *b.d, cfg.MaxDelay)}
+			return configError(b.name, fmt.Sprintf("(%s) is above MaxDelay (%s)", *b.d, cfg.MaxDelay))
 		}
 	}
 	if cfg.DeadlineMargin == 0 {
-		cfg.DeadlineMargin = DefaultDeadlineMargin
+		cfg.DeadlineMargin = defaultDeadlineMargin
 	}
 	if cfg.MaxRetryAfter == 0 {
-		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+		cfg.MaxRetryAfter = defaultMaxRetryAfter
 	}
 	return nil
 }
@@ -277,23 +276,20 @@ func validateDurations(cfg *Config) error {
 func (e *Executor) MaxAttempts() int { return e.maxAttempts }
 
 // Do calls op until it succeeds or the executor gives up, and returns nil
-// or the reason it gave up:
-//   - the partner's error wrapped in a *GiveUpError (errors.Is and
-//     errors.As reach the partner's error; Attempts and Reason are there);
-//   - a *budget.ExhaustedError (errors.Is(err, budget.ErrExhausted)) when a
-//     budget refused the retry, with Attempts and the partner's error;
-//   - the breaker's *breaker.OpenError when it rejected the first attempt
-//     (errors.Is(err, breaker.ErrOpen)), or a *GiveUpError whose Cause is
-//     that error when it rejected a retry;
-//   - ctx.Err() when ctx had already ended.
+// or a *GiveUpError saying why it gave up: its Reason, the attempts made,
+// the partner's last error (errors.Is and errors.As reach it) and, when
+// something else stopped the call, the Cause: a budget's
+// *budget.ExhaustedError (errors.Is(err, budget.ErrExhausted)), the
+// breaker's *breaker.OpenError (errors.Is(err, breaker.ErrOpen)), for the
+// first attempt too, or ctx.Err() (errors.Is(err, context.Canceled)).
 //
-// RetryAfter extracts a hint from any of them. op receives the attempt
+// RetryAfter extracts the hint a handler passes on. op receives the attempt
 // number, from 1, and a context bounded by AttemptTimeout if set. Whether
 // the call counts as idempotent comes from Config.Idempotent.
 //
 // On the healthy path (breaker closed, in-memory budgets, first attempt
 // succeeds, no AttemptTimeout) Do does not allocate and reads the clock
-// twice (with SystemClock, time.Now when the call starts and the monotonic
+// twice (with the system clock, time.Now when the call starts and the monotonic
 // clock when its attempt ends).
 func (e *Executor) Do(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
 	return e.loop(ctx, call{idempotent: e.idempotent}, op)
@@ -316,24 +312,40 @@ func DoIdempotent[T any](ctx context.Context, e *Executor, idempotent bool, op f
 	return run(ctx, e, call{idempotent: idempotent}, op)
 }
 
-// Flush flushes the budgets that keep counts in memory (budget.FlushAll)
-// and the breaker, and joins their errors. A Lambda handler calls it
-// before returning.
+// Flush reports what the budgets and the breaker keep in memory for the
+// fleet (budget.Global's unreported requests, the breaker's sampled
+// counts), at the time the Executor's Clock reads, and joins their errors.
+// It writes nothing while the fleet is healthy. A Lambda handler calls it
+// before returning, since the execution environment may be frozen
+// afterwards.
 func (e *Executor) Flush(ctx context.Context) error {
-	err := budget.FlushAll(ctx, e.budgets)
-	if e.breaker != nil {
-		err = errors.Join(err, e.breaker.Flush(ctx))
+	now := e.now()
+	var errs []error
+	for _, b := range e.budgets {
+		if f, ok := b.(flusher); ok {
+			if err := f.Flush(ctx, now); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
-	return err
+	if e.breaker != nil {
+		if err := e.breaker.Flush(ctx, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// flusher is a budget that keeps counts in memory and reports them to a
+// store in batches, as budget.Global does.
+type flusher interface {
+	Flush(ctx context.Context, now time.Time) error
 }
 
 // call holds the per-call settings of run.
 type call struct {
 	// idempotent is passed to the classifiers.
 	idempotent bool
-	// strict retries only failures proving the request never reached the
-	// partner (Transport, for a request that may not be repeated).
-	strict bool
 	// maxAttempts, if positive and lower, replaces the executor's.
 	maxAttempts int
 	// ownTimeout: op applies AttemptTimeout itself (Transport, whose
@@ -368,7 +380,7 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 // for values.
 func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, int) error) error {
 	if err := ctx.Err(); err != nil {
-		return err
+		return e.giveUp(ctx, 0, ContextDone, nil, err)
 	}
 	maxAttempts := e.maxAttempts
 	if c.maxAttempts > 0 && c.maxAttempts < maxAttempts {
@@ -443,7 +455,7 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		release.Done(budget.RetryFailed)
 		release = nil
 
-		if !verdict.Retryable() {
+		if !verdict.retryable() {
 			return e.giveUp(ctx, attempt, NotRetryable, err, nil)
 		}
 		if attempt >= maxAttempts {
@@ -534,11 +546,8 @@ func (e *Executor) classify(ctx context.Context, c call, err error, timedOut boo
 	if v == NoOpinion || v > NoRetryExcluded {
 		v = NoRetryExcluded // unknown: most likely the caller's own bug
 	}
-	if !v.Retryable() {
+	if !v.retryable() {
 		return v
-	}
-	if c.strict && !neverSent(err) {
-		return NoRetryFailure
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		// The caller's context ended: no retry can run. A cancellation
@@ -565,7 +574,7 @@ func (e *Executor) plan(now, deadline time.Time, hasDeadline bool, retry int, ki
 	if kind == budget.Throttling {
 		base = e.throttlingBase
 	}
-	wait = addSat(hint, FullJitter(retry, base, e.maxDelay, random))
+	wait = addSat(hint, fullJitter(retry, base, e.maxDelay, random))
 	if reason, ok = e.fits(now, deadline, hasDeadline, hint, wait); !ok {
 		return 0, reason, false
 	}
@@ -594,73 +603,66 @@ func subSat(a, b time.Duration) time.Duration {
 	return addSat(a, -b)
 }
 
-// rejected builds the error for a breaker rejection after attempts attempts.
+// rejected builds the error for a breaker rejection after attempts
+// attempts.
 func (e *Executor) rejected(ctx context.Context, attempts int, lastErr, openErr error) error {
-	var err error
-	if attempts == 0 {
-		err = openErr
-	} else {
-		gu := &GiveUpError{Attempts: attempts, Reason: BreakerOpen, Err: lastErr, Cause: openErr, RetryAfter: partnerHint(lastErr)}
-		var oe *breaker.OpenError
-		if errors.As(openErr, &oe) && oe.RetryAfter > gu.RetryAfter {
-			gu.RetryAfter = oe.RetryAfter
-		}
-		err = gu
+	gu := &GiveUpError{Attempts: attempts, Reason: BreakerOpen, Err: lastErr, Cause: openErr, RetryAfter: partnerHint(lastErr)}
+	var oe *breaker.OpenError
+	if errors.As(openErr, &oe) && oe.RetryAfter > gu.RetryAfter {
+		gu.RetryAfter = oe.RetryAfter
 	}
-	e.notifyGiveUp(ctx, attempts, BreakerOpen, err)
-	return err
+	e.notifyGiveUp(ctx, gu)
+	return gu
 }
 
-// giveUp wraps the partner's error of the last attempt.
+// giveUp builds the error for a give-up after attempts attempts, the last
+// of which failed with partnerErr.
 func (e *Executor) giveUp(ctx context.Context, attempts int, reason Reason, partnerErr, cause error) error {
-	err := &GiveUpError{Attempts: attempts, Reason: reason, Err: partnerErr, Cause: cause, RetryAfter: partnerHint(partnerErr)}
-	e.notifyGiveUp(ctx, attempts, reason, err)
-	return err
+	gu := &GiveUpError{Attempts: attempts, Reason: reason, Err: partnerErr, Cause: cause, RetryAfter: partnerHint(partnerErr)}
+	e.notifyGiveUp(ctx, gu)
+	return gu
 }
 
-// exhausted builds the error for a budget refusal: a copy of the layer's
-// *budget.ExhaustedError (never the backend's own value, which it may
-// share) with Attempts and the partner's error filled in. When the layer
-// could not tell when it will grant again, RetryAfter is the wait the
-// executor would have made.
+// exhausted builds the error for a budget refusal: a *GiveUpError whose
+// Cause is a copy of the layer's *budget.ExhaustedError (never the
+// backend's own value, which it may share). When the layer could not tell
+// when it will grant again, the copy's RetryAfter is the wait the executor
+// would have made.
 func (e *Executor) exhausted(ctx context.Context, attempts int, partnerErr, refusal error, wait time.Duration) error {
-	ex := &budget.ExhaustedError{Attempts: attempts, Err: partnerErr}
+	ex := &budget.ExhaustedError{Cause: refusal}
 	var layer *budget.ExhaustedError
 	if errors.As(refusal, &layer) {
-		ex.Budget = layer.Budget
-		ex.RetryAfter = layer.RetryAfter
-		ex.Cause = layer.Cause // e.g. the store fault of a layer that fails closed
+		*ex = *layer // Budget, RetryAfter, and the Cause of a layer that fails closed
 	}
 	if ex.RetryAfter <= 0 {
 		ex.RetryAfter = wait
 	}
-	if e.onBudgetExhausted != nil {
-		e.onBudgetExhausted(ex)
-	}
+	gu := &GiveUpError{Attempts: attempts, Reason: BudgetExhausted, Err: partnerErr, Cause: ex,
+		RetryAfter: max(ex.RetryAfter, partnerHint(partnerErr))}
 	if e.logger != nil {
 		e.logger.LogAttrs(ctx, slog.LevelWarn, "herdguard: retry budget exhausted",
 			slog.String("budget", ex.Budget), slog.Int("attempts", attempts),
-			slog.Duration("retry_after", ex.RetryAfter), slog.String("error", partnerErr.Error()))
+			slog.Duration("retry_after", ex.RetryAfter), slog.Any("error", partnerErr))
 	}
-	e.notifyGiveUp(ctx, attempts, BudgetExhausted, ex)
-	return ex
+	e.notifyGiveUp(ctx, gu)
+	return gu
 }
 
-func (e *Executor) notifyGiveUp(ctx context.Context, attempts int, reason Reason, err error) {
+func (e *Executor) notifyGiveUp(ctx context.Context, gu *GiveUpError) {
 	if e.onGiveUp != nil {
-		e.onGiveUp(GiveUpEvent{Attempts: attempts, Reason: reason, Err: err})
+		e.onGiveUp(gu)
 	}
-	if e.logger == nil || reason == BudgetExhausted { // logged at Warn already
+	if e.logger == nil || gu.Reason == BudgetExhausted { // logged at Warn already
 		return
 	}
 	level := slog.LevelInfo
 	switch {
-	case reason == BreakerOpen, reason == ContextDone, attempts <= 1 && reason == NotRetryable:
+	case gu.Reason == BreakerOpen, gu.Reason == ContextDone, gu.Attempts <= 1 && gu.Reason == NotRetryable:
 		level = slog.LevelDebug
 	}
 	if e.logger.Enabled(ctx, level) {
 		e.logger.LogAttrs(ctx, level, "herdguard: gave up",
-			slog.String("reason", reason.String()), slog.Int("attempts", attempts), slog.String("error", err.Error()))
+			slog.String("reason", gu.Reason.String()), slog.Int("attempts", gu.Attempts), slog.String("error", gu.Error()))
 	}
 }
 

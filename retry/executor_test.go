@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/local"
@@ -41,12 +43,12 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := retry.New(tc.cfg)
-			var ce *retry.ConfigError
+			var ce *herdguard.ConfigError
 			if !errors.As(err, &ce) {
-				t.Fatalf("New = %v, %v; want a *ConfigError", e, err)
+				t.Fatalf("New = %v, %v; want a *herdguard.ConfigError", e, err)
 			}
-			if ce.Field != tc.field || !strings.Contains(err.Error(), "Config."+tc.field) {
-				t.Errorf("error %q names field %q, want %q", err, ce.Field, tc.field)
+			if ce.Field != "retry.Config."+tc.field || !strings.HasPrefix(err.Error(), "herdguard: retry.Config."+tc.field+" ") {
+				t.Errorf("error %q names field %q, want retry.Config.%s", err, ce.Field, tc.field)
 			}
 		})
 	}
@@ -66,7 +68,7 @@ func TestNewDefaults(t *testing.T) {
 // The default throttling base is 1 s and the transient one 50 ms.
 func TestBackoffBasesPerKind(t *testing.T) {
 	clk := newFakeClock()
-	e := mustNew(t, retry.Config{MaxAttempts: 3, Clock: clk, Rand: constRand(0.5)})
+	e := mustNew(t, retry.Config{Idempotent: true, MaxAttempts: 3, Clock: clk, Rand: constRand(0.5)})
 	calls := 0
 	if err := e.Do(context.Background(), failing(&calls, status(500), status(429))); err != nil {
 		t.Fatal(err)
@@ -93,7 +95,7 @@ func TestBudgetAccounting(t *testing.T) {
 	})
 	t.Run("retry succeeds", func(t *testing.T) {
 		b := &fakeBudget{}
-		e := mustNew(t, retry.Config{Budgets: []budget.Budget{b}, Clock: newFakeClock()})
+		e := mustNew(t, retry.Config{Idempotent: true, Budgets: []budget.Budget{b}, Clock: newFakeClock()})
 		calls := 0
 		if err := e.Do(ctx, failing(&calls, status(503), status(429))); err != nil {
 			t.Fatal(err)
@@ -135,20 +137,23 @@ func TestBudgetAccounting(t *testing.T) {
 	})
 	t.Run("layers in order, refusal gives back earlier grants", func(t *testing.T) {
 		first, second := &fakeBudget{}, &fakeBudget{refuse: &budget.ExhaustedError{Budget: "global", RetryAfter: 7 * time.Second}}
-		var exhausted *budget.ExhaustedError
+		var gaveUp *retry.GiveUpError
 		e := mustNew(t, retry.Config{
-			Budgets:           []budget.Budget{first, second},
-			Clock:             newFakeClock(),
-			OnBudgetExhausted: func(ex *budget.ExhaustedError) { exhausted = ex },
+			Budgets:    []budget.Budget{first, second},
+			Clock:      newFakeClock(),
+			Idempotent: true,
+			OnGiveUp:   func(gu *retry.GiveUpError) { gaveUp = gu },
 		})
 		calls := 0
 		err := e.Do(ctx, failing(&calls, status(502)))
 		var ex *budget.ExhaustedError
-		if !errors.As(err, &ex) || ex.Budget != "global" || ex.Attempts != 1 || ex.RetryAfter != 7*time.Second {
+		var gu *retry.GiveUpError
+		if !errors.As(err, &ex) || ex.Budget != "global" || ex.RetryAfter != 7*time.Second ||
+			!errors.As(err, &gu) || gu.Reason != retry.BudgetExhausted || gu.Attempts != 1 || gu.Cause != ex {
 			t.Fatalf("err = %#v; want global's refusal after 1 attempt with its hint", err)
 		}
-		if exhausted != ex {
-			t.Errorf("OnBudgetExhausted got %v, want the returned error", exhausted)
+		if gaveUp != gu {
+			t.Errorf("OnGiveUp got %v, want the returned error", gaveUp)
 		}
 		if s := first.snapshot(); !slices.Equal(s.outcomes, []budget.Outcome{budget.RetryNotUsed}) {
 			t.Errorf("first layer outcomes = %v, want [not-used]", s.outcomes)
@@ -156,9 +161,10 @@ func TestBudgetAccounting(t *testing.T) {
 		if d, ok := retry.RetryAfter(err); !ok || d != 7*time.Second {
 			t.Errorf("RetryAfter = %v, %v; want 7s", d, ok)
 		}
-		// The refusal the backend returned is not modified.
-		if r := second.refuse.(*budget.ExhaustedError); r.Attempts != 0 || r.Err != nil {
-			t.Errorf("backend's error was modified: %+v", r)
+		// The refusal the backend returned is not the one returned (a
+		// backend may share it).
+		if r := second.refuse.(*budget.ExhaustedError); r == ex {
+			t.Errorf("the backend's error was returned: %+v", r)
 		}
 	})
 	t.Run("refusal without hint carries the planned wait", func(t *testing.T) {
@@ -171,11 +177,12 @@ func TestBudgetAccounting(t *testing.T) {
 		}
 	})
 	t.Run("unavailable layer abstains and is reported", func(t *testing.T) {
-		storeErr := &budget.UnavailableError{Budget: "global", Err: context.DeadlineExceeded}
+		storeErr := fmt.Errorf("global: %w: %w", budget.ErrUnavailable, context.DeadlineExceeded)
 		down, up := &fakeBudget{refuse: storeErr}, &fakeBudget{}
 		var logBuf bytes.Buffer
 		var layers []int
 		e := mustNew(t, retry.Config{
+			Idempotent:   true,
 			Budgets:      []budget.Budget{up, down},
 			Clock:        newFakeClock(),
 			OnStoreError: func(layer int, err error) { layers = append(layers, layer) },
@@ -197,8 +204,8 @@ func TestBudgetAccounting(t *testing.T) {
 		clk := newFakeClock()
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		clk.onSleep = cancel
-		e := mustNew(t, retry.Config{Budgets: []budget.Budget{b}, Clock: clk})
+		clk.OnSleep = cancel
+		e := mustNew(t, retry.Config{Idempotent: true, Budgets: []budget.Budget{b}, Clock: clk})
 		calls := 0
 		err := e.Do(cctx, failing(&calls, status(500)))
 		if !errors.Is(err, context.Canceled) {
@@ -221,16 +228,18 @@ func TestBreaker(t *testing.T) {
 	ctx := context.Background()
 	t.Run("open rejects the first attempt", func(t *testing.T) {
 		br := mustBreaker(t)
-		br.ForceOpen()
+		br.Override(breaker.ForcedOpen)
 		b := &fakeBudget{}
-		var events []retry.GiveUpEvent
+		var events []*retry.GiveUpError
 		e := mustNew(t, retry.Config{Breaker: br, Budgets: []budget.Budget{b}, Clock: newFakeClock(),
-			OnGiveUp: func(ev retry.GiveUpEvent) { events = append(events, ev) }})
+			OnGiveUp: func(ev *retry.GiveUpError) { events = append(events, ev) }})
 		calls := 0
 		err := e.Do(ctx, failing(&calls))
 		var oe *breaker.OpenError
-		if !errors.As(err, &oe) || !errors.Is(err, breaker.ErrOpen) {
-			t.Fatalf("err = %v; want a *breaker.OpenError", err)
+		var gu *retry.GiveUpError
+		if !errors.As(err, &oe) || !errors.Is(err, breaker.ErrOpen) ||
+			!errors.As(err, &gu) || gu.Reason != retry.BreakerOpen || gu.Attempts != 0 || gu.Err != nil || gu.Cause != oe {
+			t.Fatalf("err = %v; want a *GiveUpError with Reason BreakerOpen and the *breaker.OpenError as Cause", err)
 		}
 		if calls != 0 {
 			t.Errorf("op called %d times, want 0", calls)
@@ -248,11 +257,11 @@ func TestBreaker(t *testing.T) {
 	t.Run("open rejects a retry", func(t *testing.T) {
 		br := mustBreaker(t)
 		b := &fakeBudget{}
-		e := mustNew(t, retry.Config{Breaker: br, Budgets: []budget.Budget{b}, Clock: newFakeClock()})
+		e := mustNew(t, retry.Config{Idempotent: true, Breaker: br, Budgets: []budget.Budget{b}, Clock: newFakeClock()})
 		calls := 0
 		err := e.Do(ctx, func(context.Context, int) error {
 			calls++
-			br.ForceOpen() // the partner goes down fleet-wide during the call
+			br.Override(breaker.ForcedOpen) // the partner goes down fleet-wide during the call
 			return status(503)
 		})
 		if calls != 1 {
@@ -280,7 +289,7 @@ func TestBreaker(t *testing.T) {
 			want breaker.Counts
 		}{
 			{"success", nil, breaker.Counts{Successes: 1}},
-			{"retryable fault then success", []error{status(503)}, breaker.Counts{Successes: 1, Failures: 1}},
+			{"retryable fault then success", []error{status(429)}, breaker.Counts{Successes: 1, Failures: 1}},
 			{"4xx is a success", []error{status(404)}, breaker.Counts{Successes: 1}},
 			{"canceled is excluded", []error{context.Canceled}, breaker.Counts{Excluded: 1}},
 			{"unknown error is excluded", []error{errors.New("bug")}, breaker.Counts{Excluded: 1}},
@@ -332,9 +341,13 @@ func TestClassificationInTheLoop(t *testing.T) {
 		{"nested breaker rejection", true, &breaker.OpenError{}, 1},
 		{"unknown", true, errors.New("nil pointer in our code"), 1},
 		{"401", true, status(401), 1},
-		{"408", false, status(408), 3},
+		{"408, not idempotent", false, status(408), 1},
+		{"408, idempotent", true, status(408), 3},
 		{"501", true, status(501), 1},
-		{"504", false, status(504), 3},
+		{"504, not idempotent", false, status(504), 1},
+		{"504, idempotent", true, status(504), 3},
+		{"503, not idempotent", false, status(503), 1},
+		{"429, not idempotent", false, status(429), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := mustNew(t, retry.Config{Clock: newFakeClock()})
@@ -467,7 +480,7 @@ func TestHostileRetryAfter(t *testing.T) {
 		reason   retry.Reason
 		calls    int
 	}{
-		{"huge without deadline", retry.MaxHint, 0, retry.RetryAfterTooLong, 1},
+		{"huge without deadline", 24 * time.Hour, 0, retry.RetryAfterTooLong, 1},
 		{"above MaxRetryAfter", retry.DefaultMaxRetryAfter + time.Second, 0, retry.RetryAfterTooLong, 1},
 		{"past the deadline", 20 * time.Second, 10 * time.Second, retry.DeadlineTooClose, 1},
 		{"inside the margin", 10*time.Second - 50*time.Millisecond, 10 * time.Second, retry.DeadlineTooClose, 1},
@@ -505,16 +518,17 @@ func TestHostileRetryAfter(t *testing.T) {
 func TestHooksAndLogger(t *testing.T) {
 	var (
 		retries []retry.RetryEvent
-		giveUps []retry.GiveUpEvent
+		giveUps []*retry.GiveUpError
 		logBuf  bytes.Buffer
 	)
 	clk := newFakeClock()
 	e := mustNew(t, retry.Config{
-		Clock:    clk,
-		Rand:     constRand(0.5),
-		OnRetry:  func(ev retry.RetryEvent) { retries = append(retries, ev) },
-		OnGiveUp: func(ev retry.GiveUpEvent) { giveUps = append(giveUps, ev) },
-		Logger:   slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Idempotent: true,
+		Clock:      clk,
+		Rand:       constRand(0.5),
+		OnRetry:    func(ev retry.RetryEvent) { retries = append(retries, ev) },
+		OnGiveUp:   func(ev *retry.GiveUpError) { giveUps = append(giveUps, ev) },
+		Logger:     slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	calls := 0
 	e503 := &retry.StatusError{StatusCode: 503, RetryAfter: time.Second}
@@ -527,7 +541,7 @@ func TestHooksAndLogger(t *testing.T) {
 	if retries[1] != want {
 		t.Errorf("second RetryEvent = %+v, want %+v", retries[1], want)
 	}
-	if len(giveUps) != 1 || giveUps[0].Attempts != 3 || giveUps[0].Reason != retry.AttemptsExhausted || giveUps[0].Err != err {
+	if len(giveUps) != 1 || giveUps[0].Attempts != 3 || giveUps[0].Reason != retry.AttemptsExhausted || error(giveUps[0]) != err {
 		t.Errorf("OnGiveUp events = %+v; want one after 3 attempts with the returned error", giveUps)
 	}
 	if !strings.Contains(logBuf.String(), "level=INFO") || !strings.Contains(logBuf.String(), "attempts exhausted") {
@@ -538,9 +552,10 @@ func TestHooksAndLogger(t *testing.T) {
 func TestLoggerBudgetExhaustedAtWarn(t *testing.T) {
 	var logBuf bytes.Buffer
 	e := mustNew(t, retry.Config{
-		Clock:   newFakeClock(),
-		Budgets: []budget.Budget{&fakeBudget{refuse: &budget.ExhaustedError{Budget: "local"}}},
-		Logger:  slog.New(slog.NewTextHandler(&logBuf, nil)),
+		Idempotent: true,
+		Clock:      newFakeClock(),
+		Budgets:    []budget.Budget{&fakeBudget{refuse: &budget.ExhaustedError{Budget: "local"}}},
+		Logger:     slog.New(slog.NewTextHandler(&logBuf, nil)),
 	})
 	calls := 0
 	_ = e.Do(context.Background(), failing(&calls, status(500)))
@@ -569,7 +584,7 @@ func TestGenericDo(t *testing.T) {
 func TestPanicInOpIsAccounted(t *testing.T) {
 	br := mustBreaker(t)
 	b := &fakeBudget{}
-	e := mustNew(t, retry.Config{Breaker: br, Budgets: []budget.Budget{b}, Clock: newFakeClock()})
+	e := mustNew(t, retry.Config{Idempotent: true, Breaker: br, Budgets: []budget.Budget{b}, Clock: newFakeClock()})
 	func() {
 		defer func() {
 			if r := recover(); r != "boom" {
@@ -594,12 +609,16 @@ func TestPanicInOpIsAccounted(t *testing.T) {
 func TestFlush(t *testing.T) {
 	errStore := errors.New("store down")
 	a, b := &fakeBudget{}, &fakeBudget{flush: errStore}
-	e := mustNew(t, retry.Config{Budgets: []budget.Budget{a, b}, Breaker: mustBreaker(t)})
+	now := time.Unix(1_700_000_000, 0)
+	e := mustNew(t, retry.Config{Budgets: []budget.Budget{a, b}, Breaker: mustBreaker(t), Clock: fixedClock{now}})
 	if err := e.Flush(context.Background()); !errors.Is(err, errStore) {
 		t.Errorf("Flush = %v; want the store error", err)
 	}
 	if a.flushed != 1 || b.flushed != 1 {
 		t.Errorf("flushed %d, %d times; want 1, 1", a.flushed, b.flushed)
+	}
+	if !a.flushedAt.Equal(now) || !b.flushedAt.Equal(now) {
+		t.Errorf("flushed at %v and %v; want the Executor's clock, %v", a.flushedAt, b.flushedAt, now)
 	}
 }
 

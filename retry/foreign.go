@@ -7,6 +7,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/layers"
 )
 
 // StartAttempt and AcquireRetry are the Executor's hook for retry loops it
@@ -43,11 +44,10 @@ import (
 // first attempt of a call also records the request with every budget
 // (RecordRequest), which is what funds retries.
 //
-// When the breaker rejects the attempt, StartAttempt returns what Do would
-// (a *breaker.OpenError for a first attempt, a *GiveUpError with Reason
-// BreakerOpen for a later one: errors.Is(err, breaker.ErrOpen) holds and
-// RetryAfter returns the time until the next probe), OnGiveUp sees it, and
-// the attempt must not be sent.
+// When the breaker rejects the attempt, StartAttempt returns what Do would,
+// a *GiveUpError with Reason BreakerOpen (errors.Is(err, breaker.ErrOpen)
+// holds and RetryAfter returns the time until the next probe), OnGiveUp
+// sees it, and the attempt must not be sent.
 //
 // Otherwise send the attempt, then call done exactly once with its error
 // (nil for a success) and the loop's verdict on it: RetryTransient or
@@ -85,10 +85,10 @@ func (e *Executor) StartAttempt(ctx context.Context, attempt int) (done func(err
 // It applies Do's rules. A hint above Config.MaxRetryAfter, or a wait that
 // would end within DeadlineMargin of ctx's deadline, ends the call at once
 // with a *GiveUpError wrapping ev.Err (Reason RetryAfterTooLong or
-// DeadlineTooClose) and nothing spent. Then every budget must grant
-// (budget.AcquireAll, in order): a refusal is a *budget.ExhaustedError
-// carrying ev.Attempt and ev.Err (errors.Is(err, budget.ErrExhausted)), and
-// OnBudgetExhausted, OnGiveUp and OnStoreError see what they see for Do. A
+// DeadlineTooClose) and nothing spent. Then every budget must grant (in
+// order): a refusal is a *GiveUpError with Reason BudgetExhausted carrying
+// ev.Attempt and ev.Err (errors.Is(err, budget.ErrExhausted)), and OnGiveUp
+// and OnStoreError see what they see for Do. A
 // grant is reported to OnRetry with ev, and its Release must be called
 // exactly once: RetrySucceeded or RetryFailed once the retry has ended,
 // RetryNotUsed if it is never sent.
@@ -150,7 +150,7 @@ func (e *Executor) settle(ctx context.Context, now time.Time, permit *breaker.Pe
 // checked, and reports a grant to OnRetry. A refusal is the error to return
 // to the caller. Do and AcquireRetry share it.
 func (e *Executor) grant(ctx context.Context, now time.Time, ev RetryEvent) (budget.Release, error) {
-	rel, err := budget.AcquireAll(ctx, now, ev.Kind, e.budgets, e.storeErr)
+	rel, err := layers.Acquire(ctx, now, ev.Kind, e.budgets, e.storeErr)
 	if err != nil {
 		return nil, e.exhausted(ctx, ev.Attempt, ev.Err, err, ev.Delay)
 	}

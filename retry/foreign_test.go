@@ -133,9 +133,9 @@ func TestForeignLoopBreakerOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var giveUps []retry.GiveUpEvent
+	var giveUps []*retry.GiveUpError
 	e := mustNew(t, retry.Config{Budgets: []budget.Budget{b}, Breaker: br, Clock: newFakeClock(),
-		OnGiveUp: func(ev retry.GiveUpEvent) { giveUps = append(giveUps, ev) }})
+		OnGiveUp: func(ev *retry.GiveUpError) { giveUps = append(giveUps, ev) }})
 	// One failure trips it: open for OpenDuration, with a probe scheduled.
 	trip, err := e.StartAttempt(ctx, 1)
 	if err != nil {
@@ -177,21 +177,22 @@ func TestForeignLoopRefusals(t *testing.T) {
 	ctx := context.Background()
 	t.Run("budget exhausted", func(t *testing.T) {
 		b := &fakeBudget{refuse: &budget.ExhaustedError{Budget: "local-ratio", RetryAfter: 3 * time.Second}}
-		var exhausted []*budget.ExhaustedError
+		var exhausted []*retry.GiveUpError
 		var retries int
 		e := mustNew(t, retry.Config{Budgets: []budget.Budget{b}, Clock: newFakeClock(),
-			OnBudgetExhausted: func(ex *budget.ExhaustedError) { exhausted = append(exhausted, ex) },
-			OnRetry:           func(retry.RetryEvent) { retries++ }})
+			OnGiveUp: func(gu *retry.GiveUpError) { exhausted = append(exhausted, gu) },
+			OnRetry:  func(retry.RetryEvent) { retries++ }})
 		n, err := foreignCall(ctx, e, time.Millisecond, []error{errPartner, nil}, transient)
 		var ex *budget.ExhaustedError
-		if n != 1 || !errors.As(err, &ex) || !errors.Is(err, budget.ErrExhausted) || !errors.Is(err, errPartner) {
+		var gu *retry.GiveUpError
+		if n != 1 || !errors.As(err, &ex) || !errors.Is(err, budget.ErrExhausted) || !errors.Is(err, errPartner) || !errors.As(err, &gu) {
 			t.Fatalf("%d attempts, %v; want a refusal after 1 attempt wrapping the partner's error", n, err)
 		}
-		if ex.Attempts != 1 || ex.Budget != "local-ratio" || ex.RetryAfter != 3*time.Second {
-			t.Errorf("refusal %+v", ex)
+		if gu.Attempts != 1 || gu.Reason != retry.BudgetExhausted || ex.Budget != "local-ratio" || ex.RetryAfter != 3*time.Second {
+			t.Errorf("refusal %+v, %+v", gu, ex)
 		}
-		if len(exhausted) != 1 || retries != 0 {
-			t.Errorf("OnBudgetExhausted %d times, OnRetry %d times; want 1 and 0", len(exhausted), retries)
+		if len(exhausted) != 1 || exhausted[0] != gu || retries != 0 {
+			t.Errorf("OnGiveUp %d times, OnRetry %d times; want 1 with the returned error and 0", len(exhausted), retries)
 		}
 	})
 	t.Run("wait past the deadline spends nothing", func(t *testing.T) {

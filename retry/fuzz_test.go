@@ -3,10 +3,13 @@ package retry
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/hint"
 )
 
 // checkPlan asserts the invariants of Executor.plan: the wait is never
@@ -67,17 +70,17 @@ func FuzzParseRetryAfter(f *testing.F) {
 	f.Add("2", "99999999999999", int64(-62_135_596_800), int64(-5), 1.0)
 	f.Fuzz(func(t *testing.T, ra, amz string, nowUnix, leftMs int64, random float64) {
 		now := time.Unix(nowUnix, 0)
-		d, ok := ParseRetryAfter(ra, now)
-		if d < 0 || d > MaxHint || (!ok && d != 0) {
+		d, ok := hint.Parse(ra, now)
+		if d < 0 || d > hint.Max || (!ok && d != 0) {
 			t.Fatalf("ParseRetryAfter(%q) = %v, %v", ra, d, ok)
 		}
-		d2, ok2 := ParseAmzRetryAfter(amz)
-		if d2 < 0 || d2 > MaxHint || (!ok2 && d2 != 0) {
+		d2, ok2 := hint.ParseAmz(amz)
+		if d2 < 0 || d2 > hint.Max || (!ok2 && d2 != 0) {
 			t.Fatalf("ParseAmzRetryAfter(%q) = %v, %v", amz, d2, ok2)
 		}
-		h := http.Header{HeaderRetryAfter: {ra}, HeaderAmzRetryAfter: {amz}}
-		hd, hok := RetryAfterFromHeader(h, now)
-		if hok != (ok || ok2) || hd < 0 || hd > MaxHint || (ok && hd < d) || (ok2 && hd < d2) {
+		h := http.Header{"Retry-After": {ra}, "X-Amz-Retry-After": {amz}}
+		hd, hok := hint.FromHeader(h, now)
+		if hok != (ok || ok2) || hd < 0 || hd > hint.Max || (ok && hd < d) || (ok2 && hd < d2) {
 			t.Fatalf("RetryAfterFromHeader = %v, %v; parsed %v/%v and %v/%v", hd, hok, d, ok, d2, ok2)
 		}
 
@@ -125,9 +128,9 @@ func FuzzConfig(f *testing.F) {
 
 		e, err := New(cfg)
 		if err != nil {
-			var ce *ConfigError
-			if !errors.As(err, &ce) || ce.Field == "" || ce.Reason == "" {
-				t.Fatalf("New error %v is not a *ConfigError naming a field", err)
+			var ce *herdguard.ConfigError
+			if !errors.As(err, &ce) || !strings.HasPrefix(ce.Field, "retry.Config.") || ce.Reason == "" {
+				t.Fatalf("New error %v is not a *herdguard.ConfigError naming a field", err)
 			}
 			if valid {
 				t.Fatalf("New rejected a valid config %+v: %v", cfg, err)

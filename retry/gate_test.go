@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/memstore"
 	"github.com/herdguard/herdguard/retry"
@@ -20,17 +21,17 @@ import (
 func TestBreakerRejectedRetryChargesNoBudget(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	store := memstore.NewBudgetStore(memstore.Options{Now: func() time.Time { return now }})
-	global, err := budget.NewGlobal(store, "partner", budget.GlobalConfig{Floor: 5, Now: func() time.Time { return now }})
+	global, err := budget.NewGlobal(store, "partner", budget.GlobalConfig{Floor: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	local := &fakeBudget{}
 	br := mustBreaker(t)
-	e := mustNew(t, retry.Config{Breaker: br, Budgets: []budget.Budget{local, global}, Clock: fixedClock{now}, Rand: constRand(0)})
+	e := mustNew(t, retry.Config{Idempotent: true, Breaker: br, Budgets: []budget.Budget{local, global}, Clock: fixedClock{now}, Rand: constRand(0)})
 	calls := 0
 	err = e.Do(context.Background(), func(context.Context, int) error {
 		calls++
-		br.ForceOpen() // the fleet opens the breaker while the first attempt fails
+		br.Override(breaker.ForcedOpen) // the fleet opens the breaker while the first attempt fails
 		return status(503)
 	})
 	if gu := asGiveUp(t, err); gu.Reason != retry.BreakerOpen || gu.Attempts != 1 || calls != 1 {
@@ -44,7 +45,7 @@ func TestBreakerRejectedRetryChargesNoBudget(t *testing.T) {
 	}
 	// Once the breaker admits again, the allowance is all there: the
 	// floor of 5, not 4.
-	br.ForceClose()
+	br.Override(breaker.ForcedClosed)
 	granted := 0
 	for range 10 {
 		if rel, err := global.AcquireRetry(context.Background(), now, budget.Transient); err == nil {
@@ -61,7 +62,7 @@ func TestBudgetRefusalAfterTheGateHandsThePermitBack(t *testing.T) {
 	ctx := context.Background()
 	br := mustBreaker(t)
 	refusing := &fakeBudget{refuse: &budget.ExhaustedError{Budget: "global:partner"}}
-	e := mustNew(t, retry.Config{Breaker: br, Budgets: []budget.Budget{refusing}, Clock: newFakeClock()})
+	e := mustNew(t, retry.Config{Idempotent: true, Breaker: br, Budgets: []budget.Budget{refusing}, Clock: newFakeClock()})
 	calls := 0
 	err := e.Do(ctx, failing(&calls, status(503)))
 	var ex *budget.ExhaustedError
@@ -82,9 +83,9 @@ func TestBudgetRefusalAfterTheGateHandsThePermitBack(t *testing.T) {
 	clk := newFakeClock()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	clk.onSleep = cancel
+	clk.OnSleep = cancel
 	granting := &fakeBudget{}
-	e2 := mustNew(t, retry.Config{Breaker: br2, Budgets: []budget.Budget{granting}, Clock: clk})
+	e2 := mustNew(t, retry.Config{Idempotent: true, Breaker: br2, Budgets: []budget.Budget{granting}, Clock: clk})
 	if err := e2.Do(cctx, failing(&calls, status(503))); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v; want context.Canceled", err)
 	}

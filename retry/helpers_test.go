@@ -9,48 +9,16 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/fakeclock"
 	"github.com/herdguard/herdguard/retry"
 )
 
-// fakeClock is a Clock whose time moves only when Sleep is called. It
-// starts at the real time so that context deadlines, which the runtime
-// measures on the real clock, line up with it.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	sleeps []time.Duration
-	// onSleep, if set, runs at the start of every Sleep (to cancel a
-	// context mid-wait, for instance).
-	onSleep func()
-}
+// fakeClock is the tests' Clock whose time moves only when Sleep is
+// called. It starts at the real time so that context deadlines, which the
+// runtime measures on the real clock, line up with it.
+type fakeClock = fakeclock.Clock
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if c.onSleep != nil {
-		c.onSleep()
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(d)
-	return nil
-}
-
-func (c *fakeClock) Sleeps() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.sleeps...)
-}
+func newFakeClock() *fakeClock { return fakeclock.New(time.Now()) }
 
 func constRand(v float64) func() float64 { return func() float64 { return v } }
 
@@ -63,9 +31,10 @@ type fakeBudget struct {
 	acquires  []budget.Kind
 	outcomes  []budget.Outcome
 	// refuse, if set, is returned by AcquireRetry instead of a grant.
-	refuse  error
-	flushed int
-	flush   error
+	refuse    error
+	flushed   int
+	flushedAt time.Time
+	flush     error
 }
 
 func (b *fakeBudget) RecordRequest(time.Time) { b.mu.Lock(); b.requests++; b.mu.Unlock() }
@@ -85,10 +54,11 @@ func (b *fakeBudget) AcquireRetry(_ context.Context, _ time.Time, k budget.Kind)
 	}, nil
 }
 
-func (b *fakeBudget) Flush(context.Context) error {
+func (b *fakeBudget) Flush(_ context.Context, now time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.flushed++
+	b.flushedAt = now
 	return b.flush
 }
 
@@ -148,6 +118,7 @@ func mustBreaker(t testing.TB) *breaker.Breaker {
 // 100 ms for both kinds, cap 1 s, random 0.5, no deadline.
 func articleConfig(clk *fakeClock) retry.Config {
 	return retry.Config{
+		Idempotent:     true, // the article's calls are GETs
 		MaxAttempts:    4,
 		TransientBase:  100 * time.Millisecond,
 		ThrottlingBase: 100 * time.Millisecond,
@@ -165,3 +136,7 @@ func asGiveUp(t *testing.T, err error) *retry.GiveUpError {
 	}
 	return gu
 }
+
+// noBudget is Config.Budgets for a test about something else than budgets:
+// retries bounded by MaxAttempts only, instead of the default local ratio.
+var noBudget = []budget.Budget{}

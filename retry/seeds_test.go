@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/hint"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -147,14 +148,14 @@ func TestSeedStopsWhenWaitWouldExceedDeadline(t *testing.T) {
 // undefined.
 func TestSeedParseRetryAfter(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	if d, ok := retry.ParseRetryAfter("120", now); !ok || d != 120*time.Second {
+	if d, ok := hint.Parse("120", now); !ok || d != 120*time.Second {
 		t.Errorf(`ParseRetryAfter("120") = %v, %v; want 2m0s, true`, d, ok)
 	}
 	date := now.Add(90 * time.Second).Format(http.TimeFormat)
-	if d, ok := retry.ParseRetryAfter(date, now); !ok || d != 90*time.Second {
+	if d, ok := hint.Parse(date, now); !ok || d != 90*time.Second {
 		t.Errorf("ParseRetryAfter(%q) = %v, %v; want 1m30s, true", date, d, ok)
 	}
-	if d, ok := retry.ParseRetryAfter("soon", now); ok || d != 0 {
+	if d, ok := hint.Parse("soon", now); ok || d != 0 {
 		t.Errorf(`ParseRetryAfter("soon") = %v, %v; want 0, false`, d, ok)
 	}
 }
@@ -169,6 +170,7 @@ func TestSeedBudgetExhaustedAfterTwoAttempts(t *testing.T) {
 	}
 	clk := newFakeClock()
 	e := mustNew(t, retry.Config{
+		Idempotent:    true,
 		MaxAttempts:   5,
 		TransientBase: time.Millisecond,
 		Budgets:       []budget.Budget{bucket},
@@ -186,9 +188,9 @@ func TestSeedBudgetExhaustedAfterTwoAttempts(t *testing.T) {
 	if !errors.Is(err, budget.ErrExhausted) {
 		t.Fatalf("err = %v; want budget.ErrExhausted", err)
 	}
-	var ex *budget.ExhaustedError
-	if !errors.As(err, &ex) || ex.Attempts != 2 {
-		t.Fatalf("ExhaustedError = %+v; want Attempts 2", ex)
+	var gu *retry.GiveUpError
+	if !errors.As(err, &gu) || gu.Reason != retry.BudgetExhausted || gu.Attempts != 2 {
+		t.Fatalf("GiveUpError = %+v; want Reason BudgetExhausted after 2 attempts", gu)
 	}
 	var se *retry.StatusError
 	if !errors.As(err, &se) || se.StatusCode != 503 {

@@ -26,7 +26,6 @@ func TestStoreFaultIsReportedFailOpenAndClosed(t *testing.T) {
 		now := time.Unix(1_700_000_000, 0)
 		global, err := budget.NewGlobal(store, "partner", budget.GlobalConfig{
 			FailOpen: !failClosed,
-			Now:      func() time.Time { return now },
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -38,6 +37,7 @@ func TestStoreFaultIsReportedFailOpenAndClosed(t *testing.T) {
 		var reported []error
 		e, err := retry.New(retry.Config{
 			MaxAttempts:  2,
+			Idempotent:   true,
 			Budgets:      []budget.Budget{bucket, global},
 			Clock:        fixedClock{now},
 			Rand:         func() float64 { return 0 },

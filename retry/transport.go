@@ -10,43 +10,35 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/herdguard/herdguard"
+	"github.com/herdguard/herdguard/internal/hint"
 )
+
+// DefaultAttemptHeader is the header a Transport sends the attempt number
+// in ("1", "2", ...) unless TransportOptions.AttemptHeader names another.
+const DefaultAttemptHeader = "X-Herdguard-Attempt"
 
 // Defaults of TransportOptions.
 const (
-	// DefaultAttemptHeader carries the attempt number on every attempt.
-	DefaultAttemptHeader = "X-Herdguard-Attempt"
-	// DefaultIdempotencyKeyHeader is the header whose presence makes a POST
-	// or PATCH retryable (the IETF httpapi draft's name, which net/http
-	// also honours for its own replays).
-	DefaultIdempotencyKeyHeader = "Idempotency-Key"
-	// DefaultDrainLimit is how much of a failed response's body is read
-	// before closing it, so the connection can be reused. A longer body is
-	// closed without draining (the connection is then dropped).
-	DefaultDrainLimit = 64 << 10
-)
-
-// AttemptStyle is the format of the attempt header's value.
-type AttemptStyle uint8
-
-const (
-	// AttemptNumber sends the attempt number: "1", "2", ...
-	AttemptNumber AttemptStyle = iota
-	// AttemptAndMax sends the AWS SDKs' amz-sdk-request format:
-	// "attempt=2; max=3".
-	AttemptAndMax
+	// defaultIdempotencyKeyHeader is the header whose presence makes a
+	// POST or PATCH retryable (the IETF httpapi draft's name, which
+	// net/http also honours for its own replays).
+	defaultIdempotencyKeyHeader = "Idempotency-Key"
+	// defaultDrainLimit is how much of a failed response's body is read
+	// before closing it, so the connection can be reused.
+	defaultDrainLimit = 64 << 10
 )
 
 // TransportOptions configures a Transport. The zero value means the
 // defaults.
 type TransportOptions struct {
-	// AttemptHeader names the header carrying the attempt count (default
-	// DefaultAttemptHeader). "-" sends none.
+	// AttemptHeader names the header carrying the attempt number, "1" for
+	// the first attempt (default DefaultAttemptHeader). "-" sends none.
 	AttemptHeader string
-	// AttemptStyle is the header value's format (default AttemptNumber).
-	AttemptStyle AttemptStyle
 	// IdempotencyKeyHeader names the idempotency-key header (default
-	// DefaultIdempotencyKeyHeader).
+	// "Idempotency-Key", the IETF httpapi draft's name, which net/http also
+	// honours for its own replays).
 	IdempotencyKeyHeader string
 	// GenerateIdempotencyKey gives a request whose method is not idempotent
 	// (POST, PATCH, ...) and that has no key a random one (UUID version 4
@@ -54,7 +46,9 @@ type TransportOptions struct {
 	// retryable. The caller's request is not modified.
 	GenerateIdempotencyKey bool
 	// DrainLimit is how many bytes of a retried response's body are read
-	// before it is closed (default DefaultDrainLimit).
+	// before it is closed, so that its connection can be reused (default
+	// 64 KiB). A longer body is closed without draining (the connection is
+	// then dropped).
 	DrainLimit int64
 }
 
@@ -62,12 +56,13 @@ type TransportOptions struct {
 // Executor: `&http.Client{Transport: t}` gets the breaker, the budgets, full
 // jitter, Retry-After and the deadline handling.
 //
-//   - GET, HEAD, OPTIONS, TRACE, PUT and DELETE are idempotent. Other
-//     methods (POST, PATCH) are retried only when the request carries an
-//     idempotency key (or TransportOptions.GenerateIdempotencyKey adds
-//     one); without a key they are retried only after failures proving the
-//     request never reached the partner (a failed dial, a refused
-//     connection), never once it may have.
+//   - GET, HEAD, OPTIONS, TRACE, PUT and DELETE are idempotent, and so is
+//     a request of another method (POST, PATCH) that carries an idempotency
+//     key (or gets one from TransportOptions.GenerateIdempotencyKey). A
+//     request that is not idempotent is retried only when the partner
+//     provably did not do the work: a failed dial or a refused connection,
+//     a 429, a 503 with Retry-After; never after a timeout, a reset, or
+//     another 5xx, as for Do (see the package documentation).
 //   - A request body is replayed through Request.GetBody (set by
 //     http.NewRequest for in-memory bodies). A body without GetBody is sent
 //     once: no retry after the first attempt.
@@ -90,7 +85,6 @@ type Transport struct {
 	e          *Executor
 	base       http.RoundTripper
 	attemptHdr string // "" = none
-	style      AttemptStyle
 	keyHdr     string
 	generate   bool
 	drainLimit int64
@@ -99,39 +93,39 @@ type Transport struct {
 // NewTransport returns a Transport sending through e, with base doing the
 // actual round trips (nil means http.DefaultTransport).
 func NewTransport(e *Executor, base http.RoundTripper, o TransportOptions) (*Transport, error) {
+	bad := func(field, format string, args ...any) error {
+		return &herdguard.ConfigError{Field: "retry." + field, Reason: fmt.Sprintf(format, args...)}
+	}
 	if e == nil {
-		return nil, errors.New("retry: NewTransport: Executor is nil")
+		return nil, bad("NewTransport e", "is nil")
 	}
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	t := &Transport{e: e, base: base, style: o.AttemptStyle, generate: o.GenerateIdempotencyKey, drainLimit: o.DrainLimit}
+	t := &Transport{e: e, base: base, generate: o.GenerateIdempotencyKey, drainLimit: o.DrainLimit}
 	switch o.AttemptHeader {
 	case "":
 		t.attemptHdr = DefaultAttemptHeader
 	case "-":
 	default:
 		if !validHeaderName(o.AttemptHeader) {
-			return nil, fmt.Errorf("retry: TransportOptions.AttemptHeader %q is not a valid header name", o.AttemptHeader)
+			return nil, bad("TransportOptions.AttemptHeader", "%q is not a valid header name", o.AttemptHeader)
 		}
 		t.attemptHdr = http.CanonicalHeaderKey(o.AttemptHeader)
 	}
-	if o.AttemptStyle > AttemptAndMax {
-		return nil, fmt.Errorf("retry: TransportOptions.AttemptStyle %d is unknown", o.AttemptStyle)
-	}
 	switch {
 	case o.IdempotencyKeyHeader == "":
-		t.keyHdr = DefaultIdempotencyKeyHeader
+		t.keyHdr = defaultIdempotencyKeyHeader
 	case !validHeaderName(o.IdempotencyKeyHeader):
-		return nil, fmt.Errorf("retry: TransportOptions.IdempotencyKeyHeader %q is not a valid header name", o.IdempotencyKeyHeader)
+		return nil, bad("TransportOptions.IdempotencyKeyHeader", "%q is not a valid header name", o.IdempotencyKeyHeader)
 	default:
 		t.keyHdr = http.CanonicalHeaderKey(o.IdempotencyKeyHeader)
 	}
 	switch {
 	case o.DrainLimit < 0:
-		return nil, fmt.Errorf("retry: TransportOptions.DrainLimit is negative (%d)", o.DrainLimit)
+		return nil, bad("TransportOptions.DrainLimit", "is negative (%d)", o.DrainLimit)
 	case o.DrainLimit == 0:
-		t.drainLimit = DefaultDrainLimit
+		t.drainLimit = defaultDrainLimit
 	}
 	return t, nil
 }
@@ -150,11 +144,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			idempotent = true
 		}
 	}
-	c := call{idempotent: idempotent, strict: !idempotent, ownTimeout: true, beforeWait: rt.discard}
-	rt.maxAttempts = t.e.maxAttempts
+	c := call{idempotent: idempotent, ownTimeout: true, beforeWait: rt.discard}
 	if hasBody && req.GetBody == nil {
 		c.maxAttempts = 1 // the body cannot be sent twice
-		rt.maxAttempts = 1
 	}
 	resp, err := run(req.Context(), t.e, c, rt.attempt)
 	if err == nil {
@@ -187,13 +179,12 @@ func (t *Transport) CloseIdleConnections() {
 
 // roundTrip is the state of one RoundTrip across its attempts.
 type roundTrip struct {
-	t           *Transport
-	req         *http.Request
-	key         string         // generated idempotency key, if any
-	maxAttempts int            // for the attempt header
-	hasBody     bool           // req has a body to send
-	bodySent    bool           // req.Body was handed to the base transport
-	held        *http.Response // last failed response, not yet drained
+	t        *Transport
+	req      *http.Request
+	key      string         // generated idempotency key, if any
+	hasBody  bool           // req has a body to send
+	bodySent bool           // req.Body was handed to the base transport
+	held     *http.Response // last failed response, not yet drained
 }
 
 func (rt *roundTrip) attempt(ctx context.Context, n int) (*http.Response, error) {
@@ -223,7 +214,7 @@ func (rt *roundTrip) attempt(ctx context.Context, n int) (*http.Response, error)
 		rt.bodySent = true
 	}
 	if t.attemptHdr != "" {
-		r.Header.Set(t.attemptHdr, attemptValue(t.style, n, rt.maxAttempts))
+		r.Header.Set(t.attemptHdr, strconv.Itoa(n))
 	}
 	if rt.key != "" {
 		r.Header.Set(t.keyHdr, rt.key)
@@ -255,7 +246,7 @@ func (rt *roundTrip) attempt(ctx context.Context, n int) (*http.Response, error)
 	}
 	if resp.StatusCode >= 400 {
 		rt.held = resp
-		d, _ := RetryAfterFromHeader(resp.Header, t.e.clock.Now())
+		d, _ := hint.FromHeader(resp.Header, t.e.clock.Now())
 		return resp, &StatusError{StatusCode: resp.StatusCode, RetryAfter: d, Status: resp.Status, Header: resp.Header}
 	}
 	return resp, nil
@@ -275,13 +266,6 @@ func (rt *roundTrip) drainClose(resp *http.Response) {
 	}
 	_, _ = io.CopyN(io.Discard, resp.Body, rt.t.drainLimit)
 	resp.Body.Close()
-}
-
-func attemptValue(style AttemptStyle, n, maxAttempts int) string {
-	if style == AttemptAndMax {
-		return "attempt=" + strconv.Itoa(n) + "; max=" + strconv.Itoa(maxAttempts)
-	}
-	return strconv.Itoa(n)
 }
 
 func isIdempotentMethod(m string) bool {

@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/pipenet"
@@ -208,19 +209,19 @@ func TestTransportKeyReusedOnEveryAttempt(t *testing.T) {
 func TestTransportAttemptHeaderStyles(t *testing.T) {
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = append(got, r.Header.Get("Amz-Sdk-Request"))
+		got = append(got, r.Header.Get("X-Attempt"))
 		if len(got) < 3 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	}))
 	defer srv.Close()
-	c := newClient(t, retry.Config{}, retry.TransportOptions{AttemptHeader: "amz-sdk-request", AttemptStyle: retry.AttemptAndMax}, nil)
+	c := newClient(t, retry.Config{}, retry.TransportOptions{AttemptHeader: "x-attempt"}, nil)
 	resp, err := c.Get(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	readAll(t, resp)
-	if want := []string{"attempt=1; max=3", "attempt=2; max=3", "attempt=3; max=3"}; !slices.Equal(got, want) {
+	if want := []string{"1", "2", "3"}; !slices.Equal(got, want) {
 		t.Errorf("attempt headers = %q, want %q", got, want)
 	}
 
@@ -251,7 +252,7 @@ func TestTransportDrainsSoConnectionsAreReused(t *testing.T) {
 	})
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
-	c := newClient(t, retry.Config{}, retry.TransportOptions{}, base)
+	c := newClient(t, retry.Config{Budgets: noBudget}, retry.TransportOptions{}, base)
 	const calls = 200
 	for range calls {
 		resp, err := c.Get(p.URL)
@@ -315,8 +316,8 @@ func TestTransportHonoursRetryAfter(t *testing.T) {
 			hdr := slices.Clone(tc.hdr)
 			if hdr[1] == "@date+3s" {
 				// HTTP dates have whole seconds: put the clock on one.
-				clk.now = clk.now.Truncate(time.Second)
-				hdr[1] = clk.now.Add(3 * time.Second).UTC().Format(http.TimeFormat)
+				clk.Set(clk.Now().Truncate(time.Second))
+				hdr[1] = clk.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
 			}
 			p := newPartner(t, failFirst(1, 429, hdr...))
 			c := newClient(t, retry.Config{Clock: clk, Rand: constRand(0)}, retry.TransportOptions{}, nil)
@@ -356,8 +357,8 @@ func TestTransportHostileRetryAfterAgainstDeadline(t *testing.T) {
 func TestTransportRetryAfterPastDeadline(t *testing.T) {
 	p := newPartner(t, failFirst(10, 503, "Retry-After", "10"))
 	clk := newFakeClock()
-	var gaveUp []retry.GiveUpEvent
-	c := newClient(t, retry.Config{Clock: clk, OnGiveUp: func(ev retry.GiveUpEvent) { gaveUp = append(gaveUp, ev) }},
+	var gaveUp []*retry.GiveUpError
+	c := newClient(t, retry.Config{Clock: clk, OnGiveUp: func(ev *retry.GiveUpError) { gaveUp = append(gaveUp, ev) }},
 		retry.TransportOptions{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -387,7 +388,7 @@ func hangUp(_ int, w http.ResponseWriter, _ *http.Request) {
 func TestTransportPostWithoutKeyNotRetriedAfterReset(t *testing.T) {
 	p := newPartner(t, hangUp)
 	br := mustBreaker(t)
-	c := newClient(t, retry.Config{Breaker: br}, retry.TransportOptions{}, nil)
+	c := newClient(t, retry.Config{Breaker: br, Budgets: noBudget}, retry.TransportOptions{}, nil)
 	_, err := c.Post(p.URL, "text/plain", strings.NewReader("charge 10 EUR"))
 	if err == nil {
 		t.Fatal("Post succeeded against a partner that hangs up")
@@ -509,7 +510,7 @@ func TestTransportRefusalsCloseTheResponse(t *testing.T) {
 	t.Run("breaker rejects a retry", func(t *testing.T) {
 		br := mustBreaker(t)
 		p := newPartner(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-			br.ForceOpen() // the fleet's breaker opens while the partner answers 503
+			br.Override(breaker.ForcedOpen) // the fleet's breaker opens while the partner answers 503
 			w.WriteHeader(http.StatusServiceUnavailable)
 		})
 		tt := &trackingTransport{base: http.DefaultTransport}
@@ -524,7 +525,7 @@ func TestTransportRefusalsCloseTheResponse(t *testing.T) {
 	})
 	t.Run("breaker rejects the first attempt", func(t *testing.T) {
 		br := mustBreaker(t)
-		br.ForceOpen()
+		br.Override(breaker.ForcedOpen)
 		c := newClient(t, retry.Config{Breaker: br}, retry.TransportOptions{}, nil)
 		body := &closeTracker{Reader: strings.NewReader("x")}
 		req, _ := http.NewRequest(http.MethodPut, "http://127.0.0.1:1", body)
@@ -543,7 +544,7 @@ func TestTransportRefusalsCloseTheResponse(t *testing.T) {
 		clk := newFakeClock()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		clk.onSleep = cancel
+		clk.OnSleep = cancel
 		c := newClient(t, retry.Config{Clock: clk}, retry.TransportOptions{}, tt)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL, nil)
 		resp, err := c.Do(req)
@@ -654,14 +655,15 @@ func TestNewTransportValidates(t *testing.T) {
 		o    retry.TransportOptions
 		want string
 	}{
-		{"nil executor", nil, retry.TransportOptions{}, "Executor"},
-		{"bad attempt header", e, retry.TransportOptions{AttemptHeader: "X Attempt"}, "AttemptHeader"},
-		{"bad key header", e, retry.TransportOptions{IdempotencyKeyHeader: "Key:"}, "IdempotencyKeyHeader"},
-		{"negative drain", e, retry.TransportOptions{DrainLimit: -1}, "DrainLimit"},
-		{"unknown style", e, retry.TransportOptions{AttemptStyle: 9}, "AttemptStyle"},
+		{"nil executor", nil, retry.TransportOptions{}, "retry.NewTransport e"},
+		{"bad attempt header", e, retry.TransportOptions{AttemptHeader: "X Attempt"}, "retry.TransportOptions.AttemptHeader"},
+		{"bad key header", e, retry.TransportOptions{IdempotencyKeyHeader: "Key:"}, "retry.TransportOptions.IdempotencyKeyHeader"},
+		{"negative drain", e, retry.TransportOptions{DrainLimit: -1}, "retry.TransportOptions.DrainLimit"},
 	} {
-		if _, err := retry.NewTransport(tc.e, nil, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: NewTransport error = %v; want one naming %s", tc.name, err, tc.want)
+		_, err := retry.NewTransport(tc.e, nil, tc.o)
+		var ce *herdguard.ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.want || !strings.HasPrefix(err.Error(), "herdguard: "+tc.want+" ") {
+			t.Errorf("%s: NewTransport error = %v; want a *herdguard.ConfigError naming %s", tc.name, err, tc.want)
 		}
 	}
 }
@@ -690,7 +692,7 @@ func TestTransportLeaksNoGoroutines(t *testing.T) {
 			}
 		}))
 		t.Cleanup(stop)
-		c := newClient(t, retry.Config{AttemptTimeout: 50 * time.Millisecond, MaxAttempts: 4}, retry.TransportOptions{}, base)
+		c := newClient(t, retry.Config{AttemptTimeout: 50 * time.Millisecond, MaxAttempts: 4, Budgets: noBudget}, retry.TransportOptions{}, base)
 		defer c.CloseIdleConnections() // through Transport to its base
 		for range 20 {
 			resp, err := c.Get(pipenet.URL)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // CallTimeout bounds every store call the suite makes.
@@ -67,16 +67,16 @@ func (s *suite) name(t *testing.T) string {
 		sub = sub[i+1:]
 	}
 	name := fmt.Sprintf("%s.%s.%d", s.run, sanitize(sub), n)
-	if len(name) > budget.MaxNameLen {
-		name = name[:budget.MaxNameLen]
+	if len(name) > names.MaxLen {
+		name = name[:names.MaxLen]
 	}
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		t.Fatalf("breakertest: generated an invalid name: %v", err)
 	}
 	return name
 }
 
-// sanitize replaces the characters budget.ValidateName rejects.
+// sanitize replaces the characters the name rule (internal/names) rejects.
 func sanitize(s string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
@@ -691,7 +691,7 @@ func (s *suite) canceledContext(t *testing.T) {
 func (s *suite) invalidNameRejected(t *testing.T) {
 	st := s.newStore(t)
 	t0 := base()
-	for _, name := range []string{"", "has#hash", "has space", strings.Repeat("n", budget.MaxNameLen+1)} {
+	for _, name := range []string{"", "has#hash", "has space", strings.Repeat("n", names.MaxLen+1)} {
 		ctx, cancel := callCtx(t)
 		_, errLoad := st.Load(ctx, name)
 		_, errReport := st.Report(ctx, name, breaker.Report{Bucket: bucket0(), Requests: 1, Successes: 1, Samples: 1})
@@ -701,7 +701,7 @@ func (s *suite) invalidNameRejected(t *testing.T) {
 		cancel()
 		for op, err := range map[string]error{"Load": errLoad, "Report": errReport, "Transition": errTransition, "AcquireProbe": errProbe, "SetOverride": errOverride} {
 			if !errors.Is(err, breaker.ErrStore) {
-				t.Fatalf("%s with name %q returned %v; want an error satisfying errors.Is(err, breaker.ErrStore) (see budget.ValidateName)", op, name, err)
+				t.Fatalf("%s with name %q returned %v; want an error satisfying errors.Is(err, breaker.ErrStore) (see breaker.New on names)", op, name, err)
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // CallTimeout bounds every store call the suite makes.
@@ -54,17 +55,17 @@ func (s *suite) key(t *testing.T) budget.Key {
 		sub = sub[i+1:]
 	}
 	name := fmt.Sprintf("%s.%s.%d", s.run, sanitize(sub), n)
-	if len(name) > budget.MaxNameLen {
-		name = name[:budget.MaxNameLen]
+	if len(name) > names.MaxLen {
+		name = name[:names.MaxLen]
 	}
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		t.Fatalf("budgettest: generated an invalid name: %v", err)
 	}
 	window := time.UnixMilli(time.Now().UnixMilli()).Truncate(windowLen)
 	return budget.Key{Name: name, Shard: 0, Window: window}
 }
 
-// sanitize replaces the characters budget.ValidateName rejects.
+// sanitize replaces the characters the name rule (internal/names) rejects.
 func sanitize(s string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
@@ -268,11 +269,11 @@ func (s *suite) canceledContext(t *testing.T) {
 func (s *suite) invalidNameRejected(t *testing.T) {
 	st := s.newStore(t)
 	valid := s.key(t)
-	for _, name := range []string{"", "has#hash", "has space", "slash/", strings.Repeat("n", budget.MaxNameLen+1)} {
+	for _, name := range []string{"", "has#hash", "has space", "slash/", strings.Repeat("n", names.MaxLen+1)} {
 		k := budget.Key{Name: name, Window: valid.Window}
 		got, err := apply(t, st, k, update(k, 5, 0, 0))
 		if err == nil {
-			t.Fatalf("Apply with name %q = %d, <nil>; want an error (see budget.ValidateName)", name, got)
+			t.Fatalf("Apply with name %q = %d, <nil>; want an error (see budget.NewGlobal on names)", name, got)
 		}
 		if errors.Is(err, budget.ErrInsufficient) {
 			t.Fatalf("Apply with name %q returned %v; an invalid name is not a refusal", name, err)

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/herdguard/herdguard/budget"
 )
 
 // Environment variables the function reads. template.yaml sets them; every
@@ -129,10 +128,10 @@ func loadConfig(lookup func(string) (string, bool)) (Config, error) {
 		BaseDelay:      r.duration(envBaseDelay, DefaultBaseDelay, time.Millisecond, time.Minute),
 		MaxDelay:       r.duration(envMaxDelay, DefaultMaxDelay, time.Millisecond, time.Minute),
 		Ratio:          r.ratio(envRatio, DefaultRatio),
-		Window:         r.duration(envWindow, DefaultWindow, budget.MinGlobalWindow, time.Hour),
-		Floor:          r.integer(envFloor, DefaultFloor, 0, budget.MaxGlobalFloor),
+		Window:         r.duration(envWindow, DefaultWindow, 100*time.Millisecond, time.Hour),
+		Floor:          r.integer(envFloor, DefaultFloor, 0, 1_000_000),
 		LocalFloor:     r.integer(envLocalFloor, DefaultLocalFloor, 1, 1000),
-		Shards:         r.integer(envShards, DefaultShards, 1, budget.MaxGlobalShards),
+		Shards:         r.integer(envShards, DefaultShards, 1, 1000),
 		FailureRatio:   r.ratio(envFailureRatio, DefaultFailureRatio),
 		MinRequests:    int64(r.integer(envMinRequests, DefaultMinRequests, 1, 1_000_000)),
 		BreakerWindow:  r.duration(envBreakerWindow, DefaultBreakerWindow, 100*time.Millisecond, time.Hour),
@@ -163,8 +162,8 @@ func loadConfig(lookup func(string) (string, bool)) (Config, error) {
 	if c.Table != "" && (len(c.Table) < 3 || len(c.Table) > 255) {
 		r.fail(envTableName, "is %q; DynamoDB table names are 3 to 255 characters long", c.Table)
 	}
-	if err := budget.ValidateName(c.Name); err != nil {
-		r.fail(envName, "%v", err)
+	if !validName.MatchString(c.Name) {
+		r.fail(envName, "is %q; want 1 to 128 letters, digits, '-', '_', '.' or ':' (it becomes part of the table's keys)", c.Name)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -188,6 +187,9 @@ func loadConfig(lookup func(string) (string, bool)) (Config, error) {
 	}
 	return c, nil
 }
+
+// validName is the rule for herdguard's names of budgets and breakers.
+var validName = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
 // envReader parses environment variables, collecting one error per bad
 // variable.

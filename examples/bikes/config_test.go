@@ -118,14 +118,14 @@ func TestLoadConfigCrossChecks(t *testing.T) {
 func TestNewFunctionValidatesDeps(t *testing.T) {
 	cfg := testConfig(t, "http://127.0.0.1:9")
 	if _, err := newFunction(cfg, deps{}); err == nil {
-		t.Error("newFunction without stores succeeded")
+		t.Error("newFunction without an executor succeeded")
 	}
 	f := newFixture(t, cfg, nil)
-	d := deps{budgetStore: f.budgets, breakerStore: f.breakers, metrics: f.emf, logger: f.fn.log}
-	cfg.Name = "bad#name"
+	d := deps{executor: inMemory(f.budgets, f.breakers, "bad#name"), metrics: f.emf, logger: f.fn.log}
 	if _, err := newFunction(cfg, d); err == nil {
 		t.Error("newFunction accepted a name with '#'")
 	}
+	d.executor = inMemory(f.budgets, f.breakers, cfg.Name)
 	cfg = testConfig(t, "http://127.0.0.1:9")
 	cfg.BaseDelay = time.Minute
 	if _, err := newFunction(cfg, d); err == nil || !strings.Contains(err.Error(), "TransientBase") {

@@ -57,8 +57,8 @@ type function struct {
 	client       *http.Client
 	partner      *url.URL
 	flushTimeout time.Duration
-	clock        retry.Clock
-	log          *slog.Logger // adds the invocation's request id (logging.go)
+	now          func() time.Time // the executor's clock
+	log          *slog.Logger     // adds the invocation's request id (logging.go)
 	inflight     *invocations
 }
 
@@ -185,11 +185,11 @@ func (f *function) fetch(ctx context.Context, station string, attempt int) ([]by
 	if resp.StatusCode != http.StatusOK {
 		// Drain a little so the connection can be reused.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return nil, retry.NewStatusError(resp, f.clock.Now())
+		return nil, retry.NewStatusError(resp, f.now())
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPartnerBody+1))
 	if err != nil {
-		return nil, err // a timeout or reset while reading: ClassifyNetwork decides
+		return nil, err // a timeout or reset while reading: the built-in classification decides
 	}
 	if len(body) > maxPartnerBody {
 		return nil, &badAnswerError{reason: fmt.Sprintf("a body over %d bytes", maxPartnerBody)}

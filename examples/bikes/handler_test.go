@@ -26,32 +26,16 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/fleet"
+	"github.com/herdguard/herdguard/internal/fakeclock"
+	"github.com/herdguard/herdguard/internal/fleethook"
 	"github.com/herdguard/herdguard/internal/pipenet"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
 
 // fakeClock is a retry.Clock whose Sleep advances Now instead of waiting.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-	return nil
-}
+type fakeClock = fakeclock.Clock
 
 // midWindow is a time in the middle of a 10 s window, so that a test's few
 // simulated milliseconds never cross a window boundary.
@@ -175,6 +159,12 @@ func testConfig(t *testing.T, base string) Config {
 	}
 }
 
+// inMemory builds the executor fleet.New would build, over in-memory
+// stores instead of the table.
+func inMemory(budgets *local.BudgetStore, breakers *local.BreakerStore, name string) func(fleet.Config) (*retry.Executor, error) {
+	return func(fc fleet.Config) (*retry.Executor, error) { return fleethook.Build(budgets, breakers, name, fc) }
+}
+
 // newFixture builds a function over in-memory stores. clock may be nil
 // for the system clock.
 func newFixture(t *testing.T, cfg Config, clock *fakeClock) *fixture {
@@ -186,11 +176,10 @@ func newFixture(t *testing.T, cfg Config, clock *fakeClock) *fixture {
 		clock:    clock,
 	}
 	d := deps{
-		budgetStore:  f.budgets,
-		breakerStore: f.breakers,
-		rand:         lockedRand(1),
-		metrics:      f.emf,
-		logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		executor: inMemory(f.budgets, f.breakers, cfg.Name),
+		rand:     lockedRand(1),
+		metrics:  f.emf,
+		logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if clock != nil {
 		d.clock = clock
@@ -369,7 +358,7 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 	cfg := testConfig(t, p.srv.URL)
 	cfg.MaxAttempts = 1
 	cfg.MinRequests = 4
-	clock := &fakeClock{t: midWindow}
+	clock := fakeclock.New(midWindow)
 	f := newFixture(t, cfg, clock)
 	// Invocations a quarter of the breaker's ReportInterval apart, as a
 	// busy environment sees them: the handler flushes after each one, but
@@ -379,7 +368,7 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 	// MinRequests-th. 16 invocations span 3.75 s, well inside midWindow's
 	// 10 s window and well past the few reports the breaker needs.
 	const (
-		step        = breaker.DefaultReportInterval / 4
+		step        = time.Second / 4 // the breaker reports at most once a second
 		invocations = 16
 	)
 	var resp events.APIGatewayV2HTTPResponse
@@ -397,7 +386,7 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 		t.Fatalf("breaker never opened in %d invocations %v apart; partner calls %d", invocations, step, p.calls.Load())
 	}
 	secs := retryAfterHeader(t, resp)
-	if maxSecs := int(cfg.OpenDuration.Seconds()*(1+breaker.DefaultJitter)) + 1; secs > maxSecs {
+	if maxSecs := int(cfg.OpenDuration.Seconds()*(1+0.2)) + 1; secs > maxSecs {
 		t.Errorf("Retry-After %d s, above the open duration %v plus jitter", secs, cfg.OpenDuration)
 	}
 	if b := decodeError(t, resp); b.Reason != reasonBreakerOpen {
@@ -427,7 +416,7 @@ func TestHandleOpensBreakerOnFailures(t *testing.T) {
 
 func TestHandleAnswers503WhenBudgetExhausted(t *testing.T) {
 	p := newPartner(t, status(http.StatusServiceUnavailable))
-	clock := &fakeClock{t: midWindow}
+	clock := fakeclock.New(midWindow)
 	f := newFixture(t, testConfig(t, p.srv.URL), clock)
 
 	// First call: the local floor (1 retry) pays for one retry, then
@@ -476,8 +465,8 @@ func TestHandleAnswers503WhenBudgetExhausted(t *testing.T) {
 
 	f.fn.flush(context.Background()) // the second call went around Handle, which flushes
 	recs := emfRecords(t, f.emf.String())
-	if n := metricSum(recs, "BudgetExhausted"); n != 2 || !exhaustedBudgets(recs)[local.RatioLayer] {
-		t.Errorf("BudgetExhausted %d, budgets %v; want 2 from %s; EMF:\n%s", n, exhaustedBudgets(recs), local.RatioLayer, f.emf.String())
+	if n := metricSum(recs, "BudgetExhausted"); n != 2 || !exhaustedBudgets(recs)["local-ratio"] {
+		t.Errorf("BudgetExhausted %d, budgets %v; want 2 from %s; EMF:\n%s", n, exhaustedBudgets(recs), "local-ratio", f.emf.String())
 	}
 }
 
@@ -486,7 +475,7 @@ func TestHandleGlobalBudgetRefuses(t *testing.T) {
 	cfg := testConfig(t, p.srv.URL)
 	cfg.LocalFloor = 100 // the local layer would grant: the fleet-wide one decides
 	cfg.Floor = 2
-	clock := &fakeClock{t: midWindow}
+	clock := fakeclock.New(midWindow)
 	f := newFixture(t, cfg, clock)
 	retries := 0
 	for i := 0; i < 4; i++ {
@@ -515,7 +504,7 @@ func TestHandlePartnerFailureIs502AfterRetries(t *testing.T) {
 	p := newPartner(t, status(http.StatusInternalServerError))
 	cfg := testConfig(t, p.srv.URL)
 	cfg.Ratio, cfg.LocalFloor, cfg.Floor = 1, 100, 100
-	f := newFixture(t, cfg, &fakeClock{t: midWindow})
+	f := newFixture(t, cfg, fakeclock.New(midWindow))
 	resp := f.handle(t, context.Background(), request("nord-3"))
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("got %d, want 502", resp.StatusCode)
@@ -556,7 +545,7 @@ func TestHandlePartnerAnswers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPartner(t, tc.answer)
-			f := newFixture(t, testConfig(t, p.srv.URL), &fakeClock{t: midWindow})
+			f := newFixture(t, testConfig(t, p.srv.URL), fakeclock.New(midWindow))
 			resp := f.handle(t, context.Background(), request("nord-3"))
 			if resp.StatusCode != tc.want {
 				t.Fatalf("got %d %s, want %d", resp.StatusCode, resp.Body, tc.want)
@@ -642,7 +631,7 @@ func TestHandleRespectsInvocationDeadline(t *testing.T) {
 
 func TestHealthyInvocationsWriteNothing(t *testing.T) {
 	p := newPartner(t, bikesJSON)
-	clock := &fakeClock{t: midWindow}
+	clock := fakeclock.New(midWindow)
 	f := newFixture(t, testConfig(t, p.srv.URL), clock)
 	for i := 0; i < 20; i++ {
 		if resp := f.handle(t, context.Background(), request("nord-3")); resp.StatusCode != http.StatusOK {
@@ -676,7 +665,7 @@ func TestFlushReportsPendingRequests(t *testing.T) {
 	})
 	cfg := testConfig(t, p.srv.URL)
 	cfg.Ratio = 1 // every request earns a whole retry, so every flush has something to write
-	clock := &fakeClock{t: midWindow}
+	clock := fakeclock.New(midWindow)
 	f := newFixture(t, cfg, clock)
 
 	if resp := f.handle(t, context.Background(), request("fails-once")); resp.StatusCode != http.StatusOK {
@@ -769,11 +758,11 @@ func TestLogLinesCarryTheRequestID(t *testing.T) {
 	p := newPartner(t, bikesJSON)
 	var logs syncBuffer
 	breakers := local.NewBreakerStore()
-	fn, err := newFunction(testConfig(t, p.srv.URL), deps{
-		budgetStore:  local.NewBudgetStore(),
-		breakerStore: breakers,
-		metrics:      &syncBuffer{},
-		logger:       slog.New(slog.NewJSONHandler(&logs, nil)),
+	cfg := testConfig(t, p.srv.URL)
+	fn, err := newFunction(cfg, deps{
+		executor: inMemory(local.NewBudgetStore(), breakers, cfg.Name),
+		metrics:  &syncBuffer{},
+		logger:   slog.New(slog.NewJSONHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

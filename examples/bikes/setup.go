@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
 	"github.com/herdguard/herdguard/emf"
-	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/fleet"
 	"github.com/herdguard/herdguard/retry"
 )
 
@@ -31,18 +30,15 @@ const (
 	dimPartner      = "Partner"
 )
 
-// warmUpTimeout bounds the DynamoDB call made during initialisation to open
-// the connection (see setup).
-const warmUpTimeout = time.Second
-
-// deps are what newFunction takes besides the configuration: the stores
-// (DynamoDB in production, in-memory in tests), the clock and where metrics
-// and logs go.
+// deps are what newFunction takes besides the configuration: where the
+// executor comes from (fleet.New over DynamoDB in production, the same
+// stack over in-memory stores in tests), the clock and where metrics and
+// logs go.
 type deps struct {
-	budgetStore  budget.Store
-	breakerStore breaker.Store
-	// clock drives the executor, the global budget and the metrics'
-	// timestamps; nil means retry.SystemClock.
+	// executor builds the partner's executor from its configuration.
+	executor func(fleet.Config) (*retry.Executor, error)
+	// clock drives the executor and the metrics' timestamps; nil means the
+	// system clock.
 	clock retry.Clock
 	// rand is the jitter source of the executor and the breaker; nil means
 	// math/rand/v2.
@@ -64,109 +60,73 @@ func newRecorder(w io.Writer, cfg Config, now func() time.Time) (*emf.Recorder, 
 	})
 }
 
-// newFunction builds the executor: a local ratio budget with a small floor,
-// then the fleet-wide budget, behind the shared breaker.
+// newFunction builds the function: the executor of package fleet (a local
+// ratio with a small floor, the fleet-wide ratio, the shared breaker) with
+// the function's metrics and logs on its hooks.
 func newFunction(cfg Config, d deps) (*function, error) {
-	switch {
-	case d.budgetStore == nil:
-		return nil, errors.New("bikes: budget store is nil")
-	case d.breakerStore == nil:
-		return nil, errors.New("bikes: breaker store is nil")
-	case d.metrics == nil:
-		return nil, errors.New("bikes: metrics writer is nil")
-	case d.logger == nil:
-		return nil, errors.New("bikes: logger is nil")
-	case cfg.PartnerURL == nil:
-		return nil, errors.New("bikes: partner URL is nil")
+	if d.executor == nil || d.metrics == nil || d.logger == nil || cfg.PartnerURL == nil {
+		return nil, errors.New("bikes: newFunction needs an executor, a metrics writer, a logger and a partner URL")
 	}
-	clock := d.clock
-	if clock == nil {
-		clock = retry.SystemClock{}
+	now := time.Now
+	if d.clock != nil {
+		now = d.clock.Now
 	}
-	metrics, err := newRecorder(d.metrics, cfg, clock.Now)
+	metrics, err := newRecorder(d.metrics, cfg, now)
 	if err != nil {
 		return nil, fmt.Errorf("bikes: metrics: %w", err)
 	}
 	inflight := &invocations{}
 	logger := slog.New(withRequestID(d.logger.Handler(), inflight))
+	warn := func(msg string, attrs ...slog.Attr) {
+		logger.LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
+	}
 
-	localBudget, err := local.NewRatio(local.RatioConfig{
-		Ratio:      cfg.Ratio,
-		Window:     cfg.Window,
-		MinRetries: cfg.LocalFloor,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bikes: local budget: %w", err)
-	}
-	floor := cfg.Floor
-	if floor == 0 {
-		floor = -1 // GlobalConfig: negative means no floor, zero the default
-	}
-	global, err := budget.NewGlobal(d.budgetStore, cfg.Name, budget.GlobalConfig{
+	fc := fleet.Config{
 		Ratio:        cfg.Ratio,
 		Window:       cfg.Window,
-		Floor:        floor,
+		Floor:        cfg.Floor,
+		LocalFloor:   cfg.LocalFloor,
 		Shards:       cfg.Shards,
 		StoreTimeout: cfg.StoreTimeout,
-		Now:          clock.Now,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bikes: global budget: %w", err)
+		Breaker: breaker.Settings{
+			FailureRatio: cfg.FailureRatio,
+			MinRequests:  cfg.MinRequests,
+			Window:       cfg.BreakerWindow,
+			OpenDuration: cfg.OpenDuration,
+			CacheTTL:     cfg.CacheTTL,
+			OnStateChange: func(c breaker.StateChange) {
+				warn(msgBreakerStateChanged, slog.String("breaker", c.Name), slog.String("from", c.From.String()),
+					slog.String("to", c.To.String()), slog.String("origin", c.Origin.String()),
+					slog.Int64("successes", c.Counts.Successes), slog.Int64("failures", c.Counts.Failures))
+			},
+			OnStoreError: func(op string, err error) {
+				warn(msgBreakerStoreUnavailable, slog.String("op", op), slog.String("error", err.Error()))
+			},
+		},
+		Retry: retry.Config{
+			MaxAttempts:    cfg.MaxAttempts,
+			AttemptTimeout: cfg.AttemptTimeout,
+			TransientBase:  cfg.BaseDelay,
+			ThrottlingBase: cfg.BaseDelay,
+			MaxDelay:       cfg.MaxDelay,
+			Idempotent:     true, // a GET
+			Classifiers:    []retry.Classifier{classifyBadAnswer},
+			Clock:          d.clock,
+			Rand:           d.rand,
+			OnStoreError: func(layer int, err error) {
+				warn(msgBudgetStoreUnavailable, slog.Int("layer", layer), slog.String("error", err.Error()))
+			},
+			// No Logger: the handler logs every failure it answers, and the
+			// hooks above log the rest, with messages of this package.
+		},
 	}
-	br, err := breaker.New(cfg.Name, breaker.Settings{
-		FailureRatio: cfg.FailureRatio,
-		MinRequests:  cfg.MinRequests,
-		Window:       cfg.BreakerWindow,
-		OpenDuration: cfg.OpenDuration,
-		Rand:         d.rand,
-		Store:        d.breakerStore,
-		CacheTTL:     cfg.CacheTTL,
-		StoreTimeout: cfg.StoreTimeout,
-		OnStateChange: func(c breaker.StateChange) {
-			// One event per fleet transition is "written" (the environment
-			// that made it); the others followed it.
-			metrics.Transition(c.From, c.To, c.Origin == breaker.OriginWrote)
-			logger.LogAttrs(context.Background(), slog.LevelWarn, msgBreakerStateChanged,
-				slog.String("breaker", c.Name), slog.String("from", c.From.String()), slog.String("to", c.To.String()),
-				slog.String("origin", c.Origin.String()),
-				slog.Int64("successes", c.Counts.Successes), slog.Int64("failures", c.Counts.Failures))
-		},
-		OnStoreError: func(op string, err error) {
-			metrics.BreakerStoreError(op, err)
-			logger.LogAttrs(context.Background(), slog.LevelWarn, msgBreakerStoreUnavailable,
-				slog.String("op", op), slog.String("error", err.Error()))
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bikes: breaker: %w", err)
+	if cfg.Floor == 0 {
+		fc.Floor = -1 // RETRY_FLOOR=0 is none; fleet.Config's zero is the default
 	}
-	exec, err := retry.New(retry.Config{
-		MaxAttempts:       cfg.MaxAttempts,
-		TransientBase:     cfg.BaseDelay,
-		ThrottlingBase:    cfg.BaseDelay,
-		MaxDelay:          cfg.MaxDelay,
-		AttemptTimeout:    cfg.AttemptTimeout,
-		Idempotent:        true, // a GET
-		Budgets:           []budget.Budget{localBudget, global},
-		Breaker:           br,
-		Classifiers:       []retry.Classifier{classifyBadAnswer},
-		Clock:             clock,
-		Rand:              d.rand,
-		OnRetry:           metrics.Retry,
-		OnBudgetExhausted: metrics.BudgetExhausted,
-		OnGiveUp:          metrics.GiveUp,
-		// Each abstention lets the local budget decide alone: at most one
-		// retry the fleet-wide ratio did not approve.
-		OnStoreError: func(layer int, err error) {
-			metrics.StoreError(layer, err)
-			logger.LogAttrs(context.Background(), slog.LevelWarn, msgBudgetStoreUnavailable,
-				slog.Int("layer", layer), slog.String("error", err.Error()))
-		},
-		// No Logger: the handler logs every failure it answers, and the
-		// hooks above log the rest, with messages of this package.
-	})
+	metrics.Instrument(&fc.Retry, &fc.Breaker)
+	exec, err := d.executor(fc)
 	if err != nil {
-		return nil, fmt.Errorf("bikes: executor: %w", err)
+		return nil, fmt.Errorf("bikes: %w", err)
 	}
 	return &function{
 		exec:         exec,
@@ -174,51 +134,27 @@ func newFunction(cfg Config, d deps) (*function, error) {
 		client:       newHTTPClient(),
 		partner:      cfg.PartnerURL,
 		flushTimeout: cfg.FlushTimeout,
-		clock:        clock,
+		now:          now,
 		log:          logger,
 		inflight:     inflight,
 	}, nil
 }
 
 // setup builds the function of this execution environment from the
-// environment variables: configuration, DynamoDB client and stores.
-//
-// It also reads the breaker's state once, with a generous timeout, and
-// throws the answer away: the read opens the connection to DynamoDB (TCP
-// and TLS) during initialisation, so that the first invocation's store
-// calls fit in their 50 ms. It costs one read per cold start.
+// environment variables, over the DynamoDB table (fleet.New checks it and
+// opens the connection during initialisation).
 func setup(ctx context.Context, lookup func(string) (string, bool), stdout, stderr io.Writer) (*function, error) {
 	cfg, err := loadConfig(lookup)
 	if err != nil {
 		return nil, err
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
-	client, err := dynamo.NewClient(ctx, dynamo.ClientOptions{Endpoint: cfg.DynamoEndpoint, Region: cfg.Region})
+	api, err := dynamo.NewClient(ctx, dynamo.ClientOptions{Endpoint: cfg.DynamoEndpoint, Region: cfg.Region})
 	if err != nil {
 		return nil, err
 	}
-	budgetStore, err := dynamo.NewBudgetStore(client, cfg.Table, dynamo.BudgetStoreConfig{})
-	if err != nil {
-		return nil, err
-	}
-	breakerStore, err := dynamo.NewBreakerStore(client, cfg.Table, dynamo.BreakerStoreConfig{})
-	if err != nil {
-		return nil, err
-	}
-	wctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
-	if _, err := breakerStore.Load(wctx, cfg.Name); err != nil {
-		// Not fatal: the breaker falls back to its local state while the
-		// table is unreachable, and retries the table later.
-		logger.LogAttrs(ctx, slog.LevelWarn, "warm-up read of the breaker state failed",
-			slog.String("table", cfg.Table), slog.String("error", err.Error()))
-	}
-	cancel()
-	return newFunction(cfg, deps{
-		budgetStore:  budgetStore,
-		breakerStore: breakerStore,
-		metrics:      stdout,
-		logger:       logger,
-	})
+	executor := func(fc fleet.Config) (*retry.Executor, error) { return fleet.New(ctx, api, cfg.Table, cfg.Name, fc) }
+	return newFunction(cfg, deps{executor: executor, metrics: stdout, logger: logger})
 }
 
 func logLevel(s string) slog.Level {

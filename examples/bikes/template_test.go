@@ -336,13 +336,16 @@ func emittedMetrics(t *testing.T, cfg Config) (namespace string, dims []string, 
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
-	rec.Retry(retry.RetryEvent{})
-	rec.BudgetExhausted(&budget.ExhaustedError{Budget: "local-ratio"})
-	rec.StoreError(1, boom)
-	rec.BreakerStoreError("load", boom)
-	rec.GiveUp(retry.GiveUpEvent{Reason: retry.BreakerOpen})
+	var rc retry.Config
+	var bs breaker.Settings
+	rec.Instrument(&rc, &bs)
+	rc.OnRetry(retry.RetryEvent{})
+	rc.OnGiveUp(&retry.GiveUpError{Reason: retry.BudgetExhausted, Cause: &budget.ExhaustedError{Budget: "local-ratio"}})
+	rc.OnStoreError(1, boom)
+	bs.OnStoreError("load", boom)
+	rc.OnGiveUp(&retry.GiveUpError{Reason: retry.BreakerOpen})
 	for _, s := range [][2]breaker.State{{breaker.Closed, breaker.Open}, {breaker.Open, breaker.HalfOpen}, {breaker.HalfOpen, breaker.Closed}} {
-		rec.Transition(s[0], s[1], true)
+		bs.OnStateChange(breaker.StateChange{From: s[0], To: s[1], Origin: breaker.OriginWrote})
 	}
 	if err := rec.Flush(); err != nil {
 		t.Fatal(err)

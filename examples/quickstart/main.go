@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/budget"
-	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
 
@@ -25,15 +23,11 @@ func main() {
 }
 
 func run(url string) error {
-	ratio, err := local.NewRatio(local.RatioConfig{}) // retries ≤ 10% of requests per 10 s, at least 3
-	if err != nil {
-		return err
-	}
 	br, err := breaker.New("partner", breaker.Settings{}) // opens at 50% failures of ≥ 20 calls in 10 s
 	if err != nil {
 		return err
 	}
-	exec, err := retry.New(retry.Config{Budgets: []budget.Budget{ratio}, Breaker: br})
+	exec, err := retry.New(retry.Config{Breaker: br}) // retries ≤ 10% of requests per 10 s, at least 3
 	if err != nil {
 		return err
 	}
@@ -43,7 +37,7 @@ func run(url string) error {
 	}
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 
-	resp, err := client.Get(url) // retried with full jitter on 408/429/5xx and network errors
+	resp, err := client.Get(url) // a GET: retried with full jitter on 408/429/5xx and network errors
 	if err != nil {
 		if d, ok := retry.RetryAfter(err); ok { // breaker open or budget exhausted
 			return fmt.Errorf("partner unavailable, retry after %s: %w", d, err)

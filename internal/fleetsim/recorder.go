@@ -122,8 +122,8 @@ func (r *recorder) outcome(arrived time.Duration, err error) {
 		w.Succeeded++
 	case errors.Is(err, breaker.ErrOpen):
 		w.FailedBreaker++
-		if !errors.As(err, &ge) {
-			w.BreakerRejected++
+		if errors.As(err, &ge) && ge.Attempts == 0 {
+			w.BreakerRejected++ // the first attempt: the call never went out
 		}
 	case errors.Is(err, budget.ErrExhausted):
 		w.FailedBudget++

@@ -9,6 +9,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/retry"
 )
 
@@ -65,7 +66,7 @@ type EnvSpec struct {
 // that builds a retry.Executor calls it so that the results count retries.
 func (s EnvSpec) ObserveRetry(cfg *retry.Config) {
 	rec := s.rec
-	onRetry, onExhausted, onStoreError := cfg.OnRetry, cfg.OnBudgetExhausted, cfg.OnStoreError
+	onRetry, onGiveUp, onStoreError := cfg.OnRetry, cfg.OnGiveUp, cfg.OnStoreError
 	cfg.OnRetry = func(ev retry.RetryEvent) {
 		w := rec.now()
 		w.RetriesWanted++
@@ -74,10 +75,12 @@ func (s EnvSpec) ObserveRetry(cfg *retry.Config) {
 			onRetry(ev)
 		}
 	}
-	cfg.OnBudgetExhausted = func(ex *budget.ExhaustedError) {
-		rec.now().RetriesWanted++
-		if onExhausted != nil {
-			onExhausted(ex)
+	cfg.OnGiveUp = func(gu *retry.GiveUpError) {
+		if gu.Reason == retry.BudgetExhausted {
+			rec.now().RetriesWanted++
+		}
+		if onGiveUp != nil {
+			onGiveUp(gu)
 		}
 	}
 	cfg.OnStoreError = func(layer int, err error) {
@@ -95,7 +98,7 @@ func (s EnvSpec) ObserveRetry(cfg *retry.Config) {
 func (s EnvSpec) ObserveGlobal(b budget.Budget) budget.Budget {
 	rec := s.rec
 	if g, ok := b.(*budget.Global); ok && !rec.hasGlobal {
-		cfg := g.Config()
+		cfg := globalcfg.Of(g)
 		if cfg.Window != rec.window {
 			rec.fail(fmt.Errorf("fleetsim: the global budget's Window (%v) is not the run's Window (%v)", cfg.Window, rec.window))
 		}
@@ -104,7 +107,7 @@ func (s EnvSpec) ObserveGlobal(b budget.Budget) budget.Budget {
 		rec.floor = float64(max(cfg.Floor, 0))
 	}
 	ob := &observedBudget{b: b, rec: rec, env: s.env}
-	if f, ok := b.(budget.Flusher); ok {
+	if f, ok := b.(flusher); ok {
 		ob.flush = f
 	}
 	ob.global, _ = b.(*budget.Global)
@@ -137,7 +140,7 @@ func (s EnvSpec) ObserveBreaker(st *breaker.Settings) {
 // observedBudget counts a budget layer's traffic at its interface.
 type observedBudget struct {
 	b      budget.Budget
-	flush  budget.Flusher
+	flush  flusher
 	global *budget.Global // b, if it is one
 	rec    *recorder
 	env    *env
@@ -195,12 +198,18 @@ func (o *observedBudget) release(start time.Duration, rel budget.Release) budget
 	}
 }
 
-func (o *observedBudget) Flush(ctx context.Context) error {
+// flusher is a budget that reports counts in batches, as budget.Global
+// does; retry.Executor.Flush calls it.
+type flusher interface {
+	Flush(ctx context.Context, now time.Time) error
+}
+
+func (o *observedBudget) Flush(ctx context.Context, now time.Time) error {
 	if o.flush == nil {
 		return nil
 	}
 	carried := o.carried()
-	err := o.flush.Flush(ctx)
+	err := o.flush.Flush(ctx, now)
 	o.rec.now().Global.Carried += o.carried() - carried
 	return err
 }
@@ -231,7 +240,7 @@ type Herdguard struct {
 	// before the global one (e.g. local.NewRatio with MinRetries 1).
 	Local func() (budget.Budget, error)
 	// Global, if not nil, adds a budget.Global over the shared budget
-	// store. Now and Rand are set per environment; a zero StoreTimeout is
+	// store. Rand is set per environment; a zero StoreTimeout is
 	// SimStoreTimeout.
 	Global *budget.GlobalConfig
 	// Breaker, if not nil, adds a breaker.Breaker over the shared breaker
@@ -247,7 +256,7 @@ func (h Herdguard) NewEnv(spec EnvSpec) (Env, error) {
 		name = DefaultName
 	}
 	cfg := h.Retry
-	cfg.Budgets = nil
+	cfg.Budgets = []budget.Budget{} // none but those below: not the Executor's default local ratio
 	if h.Local != nil {
 		l, err := h.Local()
 		if err != nil {
@@ -257,7 +266,6 @@ func (h Herdguard) NewEnv(spec EnvSpec) (Env, error) {
 	}
 	if h.Global != nil {
 		gc := *h.Global
-		gc.Now = spec.Clock.Now
 		gc.Rand = spec.Rand
 		if gc.StoreTimeout == 0 {
 			gc.StoreTimeout = SimStoreTimeout
@@ -295,8 +303,10 @@ func (h Herdguard) NewEnv(spec EnvSpec) (Env, error) {
 
 type executorEnv struct{ ex *retry.Executor }
 
+// Call makes the call as an idempotent one (a GET, as examples/bikes
+// makes): the partner's 500s and 503s are retried.
 func (e executorEnv) Call(ctx context.Context, op func(ctx context.Context, attempt int) error) error {
-	return e.ex.Do(ctx, op)
+	return e.ex.DoIdempotent(ctx, true, op)
 }
 
 func (e executorEnv) Flush(ctx context.Context) error { return e.ex.Flush(ctx) }

@@ -7,6 +7,7 @@
 package layout
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -66,7 +67,7 @@ func (n SlotNames) Counts() [4]string {
 	return [4]string{n.Requests, n.Successes, n.Failures, n.Samples}
 }
 
-// Key layout. Names pass budget.ValidateName, so they never contain the
+// Key layout. Names pass the name rule (internal/names), so they never contain the
 // separator '#', and the prefixes "b#" and "c#" keep budgets and breakers
 // apart: two different (kind, name, ...) tuples never map to one key.
 const (
@@ -106,3 +107,19 @@ func ProbeKey(name string, slot int) string {
 // the TTL attribute's Unix seconds, rounding up so that DynamoDB never
 // deletes an item before it.
 func TTLSeconds(unixMilli int64) int64 { return (unixMilli + 999) / 1000 }
+
+// ParseOverride is the inverse of breaker.Override's String: the values an
+// override item's "override" attribute may hold ("" reads as "none").
+func ParseOverride(s string) (breaker.Override, error) {
+	switch s {
+	case "none", "":
+		return breaker.NoOverride, nil
+	case "force-open":
+		return breaker.ForcedOpen, nil
+	case "force-closed":
+		return breaker.ForcedClosed, nil
+	case "disabled":
+		return breaker.Disabled, nil
+	}
+	return breaker.NoOverride, fmt.Errorf("herdguard: unknown breaker override %q (want none, force-open, force-closed or disabled)", s)
+}

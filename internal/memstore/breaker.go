@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 	"github.com/herdguard/herdguard/internal/slothint"
 )
 
@@ -67,8 +67,9 @@ type probeSlot struct {
 
 var _ breaker.Store = (*BreakerStore)(nil)
 
-// Bounds on a Report, those of the dynamo store (dynamo.MaxAmount and the
-// bounds its decoder puts on a slot), so that both refuse the same input.
+// Bounds on a Report, those of the dynamo store (its maxAmount, 2^53, and
+// the bounds its decoder puts on a slot), so that both refuse the same
+// input.
 const (
 	maxAmount = 1 << 53         // a count one Report may add
 	maxBucket = 253402300799999 // the Unix millisecond of 9999-12-31T23:59:59.999Z
@@ -93,9 +94,9 @@ func (s *BreakerStore) Client() *BreakerStore {
 // storeError wraps err so that errors.Is(err, breaker.ErrStore) holds.
 func storeError(op, name string, err error) error {
 	if errors.Is(err, breaker.ErrStore) {
-		return fmt.Errorf("local: breaker store %s %q: %w", op, name, err)
+		return fmt.Errorf("herdguard: local: breaker store %s %q: %w", op, name, err)
 	}
-	return fmt.Errorf("local: breaker store %s %q: %w: %w", op, name, breaker.ErrStore, err)
+	return fmt.Errorf("herdguard: local: breaker store %s %q: %w: %w", op, name, breaker.ErrStore, err)
 }
 
 // invalid returns an argument error satisfying errors.Is(err, breaker.ErrStore).
@@ -105,7 +106,7 @@ func invalid(op, name, format string, args ...any) error {
 
 // begin validates name and runs the common checks of every operation.
 func (s *BreakerStore) begin(ctx context.Context, op, name string) error {
-	if err := budget.ValidateName(name); err != nil {
+	if err := names.Validate(name); err != nil {
 		return storeError(op, name, err)
 	}
 	if err := s.opts.begin(ctx, op); err != nil {
@@ -226,7 +227,7 @@ func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report
 	}
 	if cur.Epoch != r.Epoch {
 		h.Learn(&cur.Buckets)
-		return e.stateSnapshot(), fmt.Errorf("local: breaker store %s %q: %w: stored epoch is %d, not %d", OpReport, name, breaker.ErrConflict, cur.Epoch, r.Epoch)
+		return e.stateSnapshot(), fmt.Errorf("herdguard: local: breaker store %s %q: %w: stored epoch is %d, not %d", OpReport, name, breaker.ErrConflict, cur.Epoch, r.Epoch)
 	}
 	if newBucket {
 		h.NoteStart(right)
@@ -319,7 +320,7 @@ func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch ui
 	}
 	var conflict error
 	if cur != prevEpoch {
-		conflict = fmt.Errorf("local: breaker store %s %q: %w: stored epoch is %d, not %d", OpTransition, name, breaker.ErrConflict, cur, prevEpoch)
+		conflict = fmt.Errorf("herdguard: local: breaker store %s %q: %w: stored epoch is %d, not %d", OpTransition, name, breaker.ErrConflict, cur, prevEpoch)
 	} else {
 		t := e.transitioned(next)
 		if e == nil {
@@ -401,7 +402,7 @@ func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint
 		*p = lease
 		return i, nil
 	}
-	return 0, fmt.Errorf("local: breaker store %s %q: %w (limit %d, epoch %d)", OpAcquireProbe, name, breaker.ErrProbeDenied, limit, epoch)
+	return 0, fmt.Errorf("herdguard: local: breaker store %s %q: %w (limit %d, epoch %d)", OpAcquireProbe, name, breaker.ErrProbeDenied, limit, epoch)
 }
 
 // SetOverride implements breaker.Store. NoOverride clears the override and

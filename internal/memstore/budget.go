@@ -9,6 +9,7 @@ import (
 
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/layout"
+	"github.com/herdguard/herdguard/internal/names"
 )
 
 // BudgetStore is an in-memory budget.Store: the allowance of every window
@@ -57,7 +58,7 @@ func NewBudgetStore(o Options) *BudgetStore {
 // expiry time on success.
 //
 // It fails without touching the store if ctx is done, if k.Name fails
-// budget.ValidateName, if k.Shard or a field of u is negative, or if the
+// the name rule (internal/names), if k.Shard or a field of u is negative, or if the
 // sum would overflow; and, with a Meter, if the write is throttled
 // (errors.Is(err, budget.ErrThrottled)). A refusal is billed as a write
 // of the item as it stands.
@@ -67,7 +68,7 @@ func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) 
 		return 0, err
 	}
 	if err := s.opts.begin(ctx, OpApply); err != nil {
-		return 0, fmt.Errorf("local: budget store apply %s: %w", k, err)
+		return 0, fmt.Errorf("herdguard: local: budget store apply %s: %w", k, err)
 	}
 	key := budgetKey{name: k.Name, shard: k.Shard, window: k.Window.UnixMilli()}
 
@@ -81,7 +82,7 @@ func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) 
 		old = u.Floor
 	}
 	if u.Deposit > math.MaxInt64-old {
-		return old, fmt.Errorf("local: budget store apply %s: allowance %d plus deposit %d overflows", k, old, u.Deposit)
+		return old, fmt.Errorf("herdguard: local: budget store apply %s: allowance %d plus deposit %d overflows", k, old, u.Deposit)
 	}
 	next := old + u.Deposit - u.Take
 	updated := budgetItem{allowance: next, expires: toMilli(u.Expires)}
@@ -96,19 +97,19 @@ func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) 
 			after = budgetItemSize(pk, updated.allowance, updated.expires)
 		}
 		if err := s.opts.write(pk, now, before, after); err != nil {
-			return 0, fmt.Errorf("local: budget store apply %s: %w", k, err)
+			return 0, fmt.Errorf("herdguard: local: budget store apply %s: %w", k, err)
 		}
 	}
 	if next < 0 {
-		return old, fmt.Errorf("local: budget store apply %s: %w: holds %d, deposit %d, take %d", k, budget.ErrInsufficient, old, u.Deposit, u.Take)
+		return old, fmt.Errorf("herdguard: local: budget store apply %s: %w: holds %d, deposit %d, take %d", k, budget.ErrInsufficient, old, u.Deposit, u.Take)
 	}
 	s.items[key] = updated
 	return next, nil
 }
 
 func checkUpdate(k budget.Key, u budget.Update) error {
-	if err := budget.ValidateName(k.Name); err != nil {
-		return fmt.Errorf("local: budget store apply: %w", err)
+	if err := names.Validate(k.Name); err != nil {
+		return fmt.Errorf("herdguard: local: budget store apply: %w", err)
 	}
 	var field string
 	var v int64
@@ -124,7 +125,7 @@ func checkUpdate(k budget.Key, u budget.Update) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("local: budget store apply %s: %s is %d; it must not be negative", k, field, v)
+	return fmt.Errorf("herdguard: local: budget store apply %s: %s is %d; it must not be negative", k, field, v)
 }
 
 // sweepLocked drops expired items, at most once per sweepEvery. s.mu must

@@ -78,11 +78,11 @@ func (b *DynamoBackend) Stores(context.Context, func() time.Time) (Stores, error
 			writes.Add(1) // items are under 1 KB: one unit, refused or not
 		}
 	}
-	bs, err := dynamo.NewBudgetStore(b.client, b.table, dynamo.BudgetStoreConfig{OnRequest: onRequest})
+	bs, err := dynamo.NewBudgetStore(b.client, b.table, dynamo.StoreOptions{OnRequest: onRequest})
 	if err != nil {
 		return Stores{}, err
 	}
-	cs, err := dynamo.NewBreakerStore(b.client, b.table, dynamo.BreakerStoreConfig{OnRequest: onRequest})
+	cs, err := dynamo.NewBreakerStore(b.client, b.table, dynamo.StoreOptions{OnRequest: onRequest})
 	if err != nil {
 		return Stores{}, err
 	}
@@ -105,7 +105,9 @@ func (b *DynamoBackend) Stores(context.Context, func() time.Time) (Stores, error
 
 // Close deletes the table if the backend created it.
 func (b *DynamoBackend) Close(ctx context.Context) error {
-	defer dynamo.CloseIdleConnections(b.client)
+	if h, ok := b.client.Options().HTTPClient.(interface{ CloseIdleConnections() }); ok {
+		defer h.CloseIdleConnections() // the client's own pool (dynamo.NewClient)
+	}
 	if !b.created {
 		return nil
 	}

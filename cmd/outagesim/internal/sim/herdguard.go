@@ -11,6 +11,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -157,7 +158,9 @@ func classifyHerdguard(ctx context.Context, err error, breakerOpen func()) (Outc
 
 func newNoBudget(_ context.Context, d Deps) (Strategy, error) {
 	return &herdguardStrategy{cfg: d.Config,
-		layers: func(EnvSpec) ([]budget.Budget, *breaker.Breaker, error) { return nil, nil, nil }}, nil
+		layers: func(EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
+			return []budget.Budget{}, nil, nil // no budget at all, not the Executor's default
+		}}, nil
 }
 
 func newLocalBucket(_ context.Context, d Deps) (Strategy, error) {
@@ -234,14 +237,14 @@ func newGlobalStrategy(ctx context.Context, d Deps, kind breakerKind) (Strategy,
 		LeaseSize:    c.LeaseSize,
 		FailOpen:     !c.FailClosed, // the simulator keeps its -fail-closed flag and fail-open default
 		StoreTimeout: c.StoreTimeout,
-		Now:          d.Clock.Now, // Flush reads it: simulated time
 	}
 	lcfg := local.RatioConfig{Ratio: c.Ratio, Window: c.Window, MinRetries: c.MinRetries}
-	if _, err := budget.NewGlobal(stores.Budget, d.Name, gcfg); err != nil {
+	g0, err := budget.NewGlobal(stores.Budget, d.Name, gcfg)
+	if err != nil {
 		return nil, fmt.Errorf("global budget: %w", err)
 	}
 	bset := breakerSettings(c)
-	use := newRatioUse(gcfg)
+	use := newRatioUse(globalcfg.Of(g0))
 	return &herdguardStrategy{cfg: c, usage: stores.Usage, ratio: use, meter: stores.Capacity,
 		layers: func(spec EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
 			cfg := gcfg
@@ -289,12 +292,12 @@ func newGlobalStrategy(ctx context.Context, d Deps, kind breakerKind) (Strategy,
 }
 
 // breakerCacheTTL is how stale an environment's view of the shared breaker
-// may be (the simulator leaves Settings.CacheTTL at its default).
-const breakerCacheTTL = breaker.DefaultCacheTTL
+// may be: Settings.CacheTTL (the library's default).
+const breakerCacheTTL = time.Second
 
-// breakerWindow is the window the breaker's failure ratio is counted over
-// (the simulator leaves Settings.Window at its default).
-func breakerWindow(Config) time.Duration { return breaker.DefaultWindow }
+// breakerWindow is the window the breaker's failure ratio is counted over:
+// Settings.Window (the library's default).
+func breakerWindow(Config) time.Duration { return 10 * time.Second }
 
 // breakerSettings maps the flags onto breaker.Settings; zero keeps the
 // library's defaults.
@@ -303,5 +306,7 @@ func breakerSettings(c Config) breaker.Settings {
 		FailureRatio: c.BreakerFailureRatio,
 		MinRequests:  int64(c.BreakerMinRequests),
 		OpenDuration: c.BreakerOpen,
+		Window:       breakerWindow(c),
+		CacheTTL:     breakerCacheTTL,
 	}
 }

@@ -1,47 +1,23 @@
 package sim
 
 import (
-	"context"
-	"sync"
 	"time"
+
+	"github.com/herdguard/herdguard/internal/fakeclock"
 )
 
 // manualClock is a TimeSource for tests: Sleep advances it at once.
-type manualClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	slept []time.Duration
-}
+type manualClock = fakeclock.Clock
 
-func newManualClock() *manualClock { return &manualClock{now: testStart} }
+func newManualClock() *manualClock { return fakeclock.New(testStart) }
 
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// slept returns the positive waits c was asked for.
+func slept(c *manualClock) []time.Duration {
+	var out []time.Duration
+	for _, d := range c.Sleeps() {
+		if d > 0 {
+			out = append(out, d)
+		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d > 0 {
-		c.now = c.now.Add(d)
-		c.slept = append(c.slept, d)
-	}
-	return nil
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func (c *manualClock) Slept() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.slept...)
+	return out
 }

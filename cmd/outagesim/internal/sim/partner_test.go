@@ -250,7 +250,7 @@ func TestPartnerAnswerInProcess(t *testing.T) {
 	if err != nil || rejected.StatusCode != 429 || rejected.Header.Get("Retry-After") != "2" || rejected.Header.Get("X-Amz-Retry-After") != "1500" {
 		t.Fatalf("second call: %+v, %v; want 429 with Retry-After 2 and X-Amz-Retry-After 1500", rejected, err)
 	}
-	if got := clock.Slept(); len(got) != 2 || got[0] != 20*time.Millisecond || got[1] != 20*time.Millisecond {
+	if got := slept(clock); len(got) != 2 || got[0] != 20*time.Millisecond || got[1] != 20*time.Millisecond {
 		t.Errorf("slept %v, want the latency twice", got)
 	}
 	// The second call arrived 20 ms after it was due (the first's latency).

@@ -23,24 +23,11 @@ type RatioUse struct {
 
 type windowUse struct{ requests, granted int64 }
 
-// newRatioUse counts for a global budget configured with cfg (zero fields
-// take budget.Global's defaults).
+// newRatioUse counts for a global budget configured with cfg, defaults
+// filled in.
 func newRatioUse(cfg budget.GlobalConfig) *RatioUse {
-	u := &RatioUse{window: cfg.Window, ratio: cfg.Ratio, floor: cfg.Floor, windows: map[int64]*windowUse{}}
-	if u.window == 0 {
-		u.window = budget.DefaultGlobalWindow
-	}
-	if u.ratio == 0 {
-		u.ratio = budget.DefaultGlobalRatio
-	}
-	u.ratio = float64(int64(u.ratio*float64(budget.AllowancePerRetry))) / float64(budget.AllowancePerRetry)
-	switch {
-	case u.floor == 0:
-		u.floor = budget.DefaultGlobalFloor
-	case u.floor < 0:
-		u.floor = 0
-	}
-	return u
+	ratio := float64(int64(cfg.Ratio*float64(budget.AllowancePerRetry))) / float64(budget.AllowancePerRetry)
+	return &RatioUse{window: cfg.Window, ratio: ratio, floor: cfg.Floor, windows: map[int64]*windowUse{}}
 }
 
 func (u *RatioUse) index(now time.Time) int64 { return now.UnixMilli() / u.window.Milliseconds() }
@@ -93,7 +80,7 @@ func (u *RatioUse) Over(from, to time.Time) RatioBound {
 }
 
 // countedGlobal is a budget.Global whose requests and grants are counted
-// in a RatioUse. It is still a budget.Flusher.
+// in a RatioUse. It still has the Global's Flush.
 type countedGlobal struct {
 	*budget.Global
 	use *RatioUse

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/internal/memstore"
 )
 
@@ -21,8 +22,10 @@ func TestRatioUseCountsGlobal(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := countedGlobal{g, use}
-	if _, ok := budget.Budget(b).(budget.Flusher); !ok {
-		t.Fatal("the counted global budget is no longer a Flusher")
+	if _, ok := budget.Budget(b).(interface {
+		Flush(context.Context, time.Time) error
+	}); !ok {
+		t.Fatal("the counted global budget no longer has the Global's Flush, which retry.Executor.Flush calls")
 	}
 	ctx := context.Background()
 	w0, w1 := testStart, testStart.Add(10*time.Second) // testStart is a whole minute
@@ -55,13 +58,20 @@ func TestRatioUseCountsGlobal(t *testing.T) {
 	}
 }
 
-// Zero settings take budget.Global's defaults; a negative floor is none.
+// Zero settings take budget.Global's defaults (10 s, 0.1, floor 3); a
+// negative floor is none; the ratio counts in whole millionths.
 func TestRatioUseDefaults(t *testing.T) {
-	u := newRatioUse(budget.GlobalConfig{})
-	if u.window != budget.DefaultGlobalWindow || u.ratio != budget.DefaultGlobalRatio || u.floor != budget.DefaultGlobalFloor {
+	use := func(cfg budget.GlobalConfig) *RatioUse {
+		g, err := budget.NewGlobal(memstore.NewBudgetStore(memstore.Options{}), "t", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newRatioUse(globalcfg.Of(g))
+	}
+	if u := use(budget.GlobalConfig{}); u.window != 10*time.Second || u.ratio != 0.1 || u.floor != 3 {
 		t.Errorf("defaults: window %v, ratio %v, floor %d", u.window, u.ratio, u.floor)
 	}
-	if u := newRatioUse(budget.GlobalConfig{Floor: -1, Ratio: 0.1234567891}); u.floor != 0 || u.ratio != 0.123456 {
+	if u := use(budget.GlobalConfig{Floor: -1, Ratio: 0.1234567891}); u.floor != 0 || u.ratio != 0.123456 {
 		t.Errorf("floor -1, ratio 0.1234567891: floor %d, ratio %v; want 0 and whole millionths", u.floor, u.ratio)
 	}
 }

@@ -143,7 +143,7 @@ func TestSDKCallWaitsRetryAfter(t *testing.T) {
 	if out, err := c.Call(context.Background(), s.send); out != Succeeded || err != nil {
 		t.Fatal(out, err)
 	}
-	if slept := clock.Slept(); len(slept) != 1 || slept[0] < 2*time.Second || slept[0] > 2050*time.Millisecond {
+	if slept := slept(clock); len(slept) != 1 || slept[0] < 2*time.Second || slept[0] > 2050*time.Millisecond {
 		t.Errorf("slept %v, want one wait in [2s, 2.05s] (hint, at least the 50 ms transient backoff)", slept)
 	}
 }

@@ -124,7 +124,7 @@ type Deps struct {
 	// Backend provides the shared stores of the global strategies.
 	Backend Backend
 	// Name is a per-run, per-strategy name for shared budgets and breakers
-	// (it passes budget.ValidateName).
+	// (it passes the name rule of budget.NewGlobal).
 	Name string
 }
 

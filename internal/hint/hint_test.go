@@ -1,11 +1,11 @@
-package retry_test
+package hint_test
 
 import (
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/retry"
+	"github.com/herdguard/herdguard/internal/hint"
 )
 
 func TestParseRetryAfter(t *testing.T) {
@@ -20,13 +20,13 @@ func TestParseRetryAfter(t *testing.T) {
 		{"0", 0, true},
 		{"007", 7 * time.Second, true},
 		{"86400", 24 * time.Hour, true},
-		{"86401", retry.MaxHint, true},
-		{"99999999999999999999999999999", retry.MaxHint, true},
+		{"86401", hint.Max, true},
+		{"99999999999999999999999999999", hint.Max, true},
 		{"Mon, 30 Nov 2026 12:00:10 GMT", 10 * time.Second, true},
 		{"Monday, 30-Nov-26 12:01:00 GMT", time.Minute, true}, // RFC 850
 		{"Mon Nov 30 12:00:05 2026", 5 * time.Second, true},   // ANSI C asctime
 		{"Sun, 29 Nov 2026 12:00:00 GMT", 0, true},            // in the past: retry now
-		{"Fri, 31 Dec 9999 23:59:59 GMT", retry.MaxHint, true},
+		{"Fri, 31 Dec 9999 23:59:59 GMT", hint.Max, true},
 		{"", 0, false},
 		{"   ", 0, false},
 		{"-5", 0, false},
@@ -39,7 +39,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{"Mon, 32 Nov 2026 12:00:00 GMT", 0, false},
 		{"\x00\xff", 0, false},
 	} {
-		got, ok := retry.ParseRetryAfter(tc.value, now)
+		got, ok := hint.Parse(tc.value, now)
 		if got != tc.want || ok != tc.wantOK {
 			t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, %v", tc.value, got, ok, tc.want, tc.wantOK)
 		}
@@ -54,15 +54,15 @@ func TestParseAmzRetryAfter(t *testing.T) {
 	}{
 		{"1500", 1500 * time.Millisecond, true},
 		{"0", 0, true},
-		{"86400000", retry.MaxHint, true},
-		{"86400001", retry.MaxHint, true},
-		{"123456789012345678901234567890", retry.MaxHint, true},
+		{"86400000", hint.Max, true},
+		{"86400001", hint.Max, true},
+		{"123456789012345678901234567890", hint.Max, true},
 		{"", 0, false},
 		{"-1", 0, false},
 		{"1e3", 0, false},
 		{"1.5", 0, false},
 	} {
-		got, ok := retry.ParseAmzRetryAfter(tc.value)
+		got, ok := hint.ParseAmz(tc.value)
 		if got != tc.want || ok != tc.wantOK {
 			t.Errorf("ParseAmzRetryAfter(%q) = %v, %v; want %v, %v", tc.value, got, ok, tc.want, tc.wantOK)
 		}
@@ -93,24 +93,9 @@ func TestRetryAfterFromHeader(t *testing.T) {
 		{"garbage retry-after, good amz", h("Retry-After", "later", "X-Amz-Retry-After", "10"), 10 * time.Millisecond, true},
 		{"both garbage", h("Retry-After", "later", "X-Amz-Retry-After", "-10"), 0, false},
 	} {
-		got, ok := retry.RetryAfterFromHeader(tc.h, now)
+		got, ok := hint.FromHeader(tc.h, now)
 		if got != tc.want || ok != tc.wantOK {
 			t.Errorf("%s: RetryAfterFromHeader = %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.wantOK)
 		}
-	}
-}
-
-func TestNewStatusError(t *testing.T) {
-	now := time.Now()
-	resp := &http.Response{StatusCode: 503, Status: "503 Service Unavailable", Header: http.Header{"Retry-After": {"4"}}}
-	se := retry.NewStatusError(resp, now)
-	if se.StatusCode != 503 || se.RetryAfter != 4*time.Second || se.Status != resp.Status || se.Header == nil {
-		t.Errorf("NewStatusError = %+v", se)
-	}
-	if got, want := se.Error(), "herdguard: partner answered 503 Service Unavailable (retry after 4s)"; got != want {
-		t.Errorf("Error() = %q, want %q", got, want)
-	}
-	if got, want := (&retry.StatusError{StatusCode: 429}).Error(), "herdguard: partner answered 429 Too Many Requests"; got != want {
-		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }

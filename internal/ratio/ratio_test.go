@@ -1,4 +1,4 @@
-package local_test
+package ratio_test
 
 import (
 	"context"
@@ -11,12 +11,19 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
-	"github.com/herdguard/herdguard/local"
+	"github.com/herdguard/herdguard/internal/budgetcheck"
+	"github.com/herdguard/herdguard/internal/ratio"
 )
 
-func mustRatio(t testing.TB, cfg local.RatioConfig) *local.Ratio {
+var (
+	t0         = time.UnixMilli(1_700_000_000_000)
+	mustGrant  = budgetcheck.MustGrant
+	mustRefuse = budgetcheck.MustRefuse
+)
+
+func mustRatio(t testing.TB, cfg ratio.Config) *ratio.Ratio {
 	t.Helper()
-	r, err := local.NewRatio(cfg)
+	r, err := ratio.New(cfg)
 	if err != nil {
 		t.Fatalf("NewRatio(%+v): %v", cfg, err)
 	}
@@ -36,7 +43,7 @@ func grants(r budget.Budget, now time.Time, asks int) int {
 
 // Seed (2) of the retry-budget article.
 func TestRatioSeedTenPercentThenFloor(t *testing.T) {
-	r := mustRatio(t, local.RatioConfig{Ratio: 0.1, Window: 10 * time.Second, MinRetries: 3})
+	r := mustRatio(t, ratio.Config{Ratio: 0.1, Window: 10 * time.Second, MinRetries: 3})
 	for range 50 {
 		r.RecordRequest(t0)
 	}
@@ -48,10 +55,7 @@ func TestRatioSeedTenPercentThenFloor(t *testing.T) {
 }
 
 func TestRatioDefaults(t *testing.T) {
-	if local.DefaultRatio != 0.1 || local.DefaultWindow != 10*time.Second || local.DefaultSlots != 10 || local.DefaultMinRetries != 3 {
-		t.Fatal("defaults are not 10% over 10 s in 10 slots with a floor of 3")
-	}
-	r := mustRatio(t, local.RatioConfig{})
+	r := mustRatio(t, ratio.Config{})
 	if got := grants(r, t0, 10); got != 3 {
 		t.Fatalf("an empty window granted %d retries, want the floor 3", got)
 	}
@@ -64,7 +68,7 @@ func TestRatioDefaults(t *testing.T) {
 }
 
 func TestRatioSlidesOneSlotAtATime(t *testing.T) {
-	r := mustRatio(t, local.RatioConfig{}) // 10 s in 1 s slots
+	r := mustRatio(t, ratio.Config{}) // 10 s in 1 s slots
 	for range 40 {
 		r.RecordRequest(t0) // slot 0
 	}
@@ -97,21 +101,21 @@ func TestRatioSlidesOneSlotAtATime(t *testing.T) {
 }
 
 func TestRatioRefusalCarriesRetryAfter(t *testing.T) {
-	r := mustRatio(t, local.RatioConfig{})
+	r := mustRatio(t, ratio.Config{})
 	if got := grants(r, t0.Add(500*time.Millisecond), 2); got != 2 {
 		t.Fatalf("granted %d, want 2", got)
 	}
 	mustGrant(t, r, t0.Add(3*time.Second), budget.Transient)(budget.RetrySucceeded)
-	ex := mustRefuse(t, r, t0.Add(4200*time.Millisecond), budget.Transient, local.RatioLayer)
+	ex := mustRefuse(t, r, t0.Add(4200*time.Millisecond), budget.Transient, ratio.Layer)
 	// The oldest retries are in slot [0 s, 1 s): they leave at 10 s.
 	if want := 5800 * time.Millisecond; ex.RetryAfter != want {
 		t.Fatalf("RetryAfter = %v, want %v", ex.RetryAfter, want)
 	}
-	mustRefuse(t, r, t0.Add(9999*time.Millisecond), budget.Throttling, local.RatioLayer)
+	mustRefuse(t, r, t0.Add(9999*time.Millisecond), budget.Throttling, ratio.Layer)
 	if got := grants(r, t0.Add(10*time.Second), 5); got != 2 {
 		t.Fatalf("at 10 s, with 1 retry left in the window: granted %d, want 2 (floor 3)", got)
 	}
-	ex = mustRefuse(t, r, t0.Add(10*time.Second), budget.Transient, local.RatioLayer)
+	ex = mustRefuse(t, r, t0.Add(10*time.Second), budget.Transient, ratio.Layer)
 	// Now the oldest retry is the one of slot [3 s, 4 s).
 	if want := 3 * time.Second; ex.RetryAfter != want {
 		t.Fatalf("RetryAfter = %v, want %v", ex.RetryAfter, want)
@@ -119,19 +123,19 @@ func TestRatioRefusalCarriesRetryAfter(t *testing.T) {
 }
 
 func TestRatioOutcomes(t *testing.T) {
-	r := mustRatio(t, local.RatioConfig{MinRetries: 2})
+	r := mustRatio(t, ratio.Config{MinRetries: 2})
 	a := mustGrant(t, r, t0, budget.Transient)
 	b := mustGrant(t, r, t0, budget.Transient)
-	mustRefuse(t, r, t0, budget.Transient, local.RatioLayer)
+	mustRefuse(t, r, t0, budget.Transient, ratio.Layer)
 	a(budget.RetrySucceeded) // a retry that ran counts, whatever its outcome
-	mustRefuse(t, r, t0, budget.Transient, local.RatioLayer)
+	mustRefuse(t, r, t0, budget.Transient, ratio.Layer)
 	b(budget.RetryNotUsed) // one that never ran does not
 	if _, ret := r.Counts(t0); ret != 1 {
 		t.Fatalf("retries counted after one not used: %d, want 1", ret)
 	}
 	c := mustGrant(t, r, t0.Add(time.Second), budget.Transient)
 	c(budget.RetryFailed)
-	mustRefuse(t, r, t0.Add(time.Second), budget.Transient, local.RatioLayer)
+	mustRefuse(t, r, t0.Add(time.Second), budget.Transient, ratio.Layer)
 
 	// A Release for a slot that has left the window un-counts nothing in
 	// the new one.
@@ -151,7 +155,7 @@ func TestRatioOutcomes(t *testing.T) {
 }
 
 func TestRatioSecondReleaseIsIgnored(t *testing.T) {
-	r := mustRatio(t, local.RatioConfig{MinRetries: 2})
+	r := mustRatio(t, ratio.Config{MinRetries: 2})
 	a := mustGrant(t, r, t0, budget.Transient)
 	mustGrant(t, r, t0, budget.Transient)
 	a(budget.RetryNotUsed)
@@ -162,7 +166,7 @@ func TestRatioSecondReleaseIsIgnored(t *testing.T) {
 }
 
 func TestRatioTimeGoingBackwards(t *testing.T) {
-	r := mustRatio(t, local.RatioConfig{})
+	r := mustRatio(t, ratio.Config{})
 	now := t0.Add(20 * time.Second)
 	r.RecordRequest(now)
 	r.RecordRequest(now.Add(-3 * time.Second))  // still in the window: counted in its slot
@@ -183,42 +187,42 @@ func TestRatioTimeGoingBackwards(t *testing.T) {
 
 func TestRatioSlotsAndOddWindows(t *testing.T) {
 	// One slot: a fixed window.
-	r := mustRatio(t, local.RatioConfig{Window: time.Second, Slots: 1, MinRetries: 1})
+	r := mustRatio(t, ratio.Config{Window: time.Second, Slots: 1, MinRetries: 1})
 	mustGrant(t, r, t0.Add(999*time.Millisecond), budget.Transient)
-	mustRefuse(t, r, t0.Add(999*time.Millisecond), budget.Transient, local.RatioLayer)
+	mustRefuse(t, r, t0.Add(999*time.Millisecond), budget.Transient, ratio.Layer)
 	mustGrant(t, r, t0.Add(time.Second), budget.Transient)
 
 	// Slots need not be whole milliseconds.
-	r = mustRatio(t, local.RatioConfig{Window: 7 * time.Nanosecond, Slots: 7, MinRetries: 1})
+	r = mustRatio(t, ratio.Config{Window: 7 * time.Nanosecond, Slots: 7, MinRetries: 1})
 	mustGrant(t, r, time.Unix(0, 100), budget.Transient)
-	mustRefuse(t, r, time.Unix(0, 106), budget.Transient, local.RatioLayer)
+	mustRefuse(t, r, time.Unix(0, 106), budget.Transient, ratio.Layer)
 	mustGrant(t, r, time.Unix(0, 107), budget.Transient)
 
 	// Times before 1970 work too.
-	r = mustRatio(t, local.RatioConfig{MinRetries: 1})
+	r = mustRatio(t, ratio.Config{MinRetries: 1})
 	old := time.Date(1960, 1, 1, 0, 0, 0, 500, time.UTC)
 	mustGrant(t, r, old, budget.Transient)
-	mustRefuse(t, r, old.Add(9*time.Second), budget.Transient, local.RatioLayer)
+	mustRefuse(t, r, old.Add(9*time.Second), budget.Transient, ratio.Layer)
 	mustGrant(t, r, old.Add(10*time.Second), budget.Transient)
 }
 
 func TestRatioConfigValidation(t *testing.T) {
 	for _, c := range []struct {
-		cfg   local.RatioConfig
+		cfg   ratio.Config
 		field string
 	}{
-		{local.RatioConfig{Ratio: -0.1}, "Ratio"},
-		{local.RatioConfig{Ratio: 1.01}, "Ratio"},
-		{local.RatioConfig{Ratio: math.NaN()}, "Ratio"},
-		{local.RatioConfig{Ratio: math.Inf(1)}, "Ratio"},
-		{local.RatioConfig{Window: -time.Second}, "Window"},
-		{local.RatioConfig{Slots: -1}, "Slots"},
-		{local.RatioConfig{Slots: local.MaxSlots + 1}, "Slots"},
-		{local.RatioConfig{Window: 10 * time.Second, Slots: 3}, "Window 10s is not a whole multiple of Slots 3"},
-		{local.RatioConfig{Window: 5 * time.Nanosecond}, "Window 5ns is not a whole multiple of Slots 10"},
-		{local.RatioConfig{MinRetries: -1}, "MinRetries"},
+		{ratio.Config{Ratio: -0.1}, "Ratio"},
+		{ratio.Config{Ratio: 1.01}, "Ratio"},
+		{ratio.Config{Ratio: math.NaN()}, "Ratio"},
+		{ratio.Config{Ratio: math.Inf(1)}, "Ratio"},
+		{ratio.Config{Window: -time.Second}, "Window"},
+		{ratio.Config{Slots: -1}, "Slots"},
+		{ratio.Config{Slots: 1000 + 1}, "Slots"},
+		{ratio.Config{Window: 10 * time.Second, Slots: 3}, "Window (10s) is not a whole multiple of Slots (3)"},
+		{ratio.Config{Window: 5 * time.Nanosecond}, "Window (5ns) is not a whole multiple of Slots (10)"},
+		{ratio.Config{MinRetries: -1}, "MinRetries"},
 	} {
-		r, err := local.NewRatio(c.cfg)
+		r, err := ratio.New(c.cfg)
 		if err == nil {
 			t.Errorf("NewRatio(%+v) = %p, <nil>; want an error naming %s", c.cfg, r, c.field)
 			continue
@@ -226,11 +230,11 @@ func TestRatioConfigValidation(t *testing.T) {
 		if r != nil {
 			t.Errorf("NewRatio(%+v) returned a Ratio with error %v", c.cfg, err)
 		}
-		if !strings.Contains(err.Error(), c.field) {
-			t.Errorf("NewRatio(%+v) error %q does not name %q", c.cfg, err, c.field)
+		if !strings.HasPrefix(err.Error(), "herdguard: local.RatioConfig."+c.field) {
+			t.Errorf("NewRatio(%+v) error %q does not name local.RatioConfig.%s", c.cfg, err, c.field)
 		}
 	}
-	mustRatio(t, local.RatioConfig{Ratio: 1, Window: time.Hour, Slots: local.MaxSlots, MinRetries: 1})
+	mustRatio(t, ratio.Config{Ratio: 1, Window: time.Hour, Slots: 1000, MinRetries: 1})
 }
 
 // refRatio is the article's RatioRetryBudget, ported line by line (with
@@ -290,7 +294,7 @@ func TestRatioMatchesArticleModel(t *testing.T) {
 	slotCounts := []int{1, 2, 5, 10, 16}
 	slotLens := []time.Duration{time.Millisecond, 7 * time.Millisecond, time.Second}
 	for run := range 200 {
-		cfg := local.RatioConfig{
+		cfg := ratio.Config{
 			Ratio:      ratios[rng.IntN(len(ratios))],
 			Slots:      slotCounts[rng.IntN(len(slotCounts))],
 			MinRetries: 1 + rng.IntN(5),
@@ -345,7 +349,7 @@ func TestRatioMatchesArticleModel(t *testing.T) {
 // requests are granted.
 func TestRatioConcurrent(t *testing.T) {
 	const workers = 8
-	r := mustRatio(t, local.RatioConfig{})
+	r := mustRatio(t, ratio.Config{})
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -376,7 +380,7 @@ func TestRatioConcurrent(t *testing.T) {
 // detector, and a check that counts never go negative or exceed what was
 // recorded.
 func TestRatioConcurrentRotation(t *testing.T) {
-	r := mustRatio(t, local.RatioConfig{Window: 100 * time.Millisecond, Slots: 10})
+	r := mustRatio(t, ratio.Config{Window: 100 * time.Millisecond, Slots: 10})
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
@@ -408,7 +412,7 @@ func TestRatioHotPathDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items")
 	}
-	r := mustRatio(t, local.RatioConfig{})
+	r := mustRatio(t, ratio.Config{})
 	ctx := context.Background()
 	for range 1000 {
 		r.RecordRequest(t0)

@@ -1,4 +1,7 @@
-package retry
+// Package hint parses the waits a server asks for: HTTP Retry-After and
+// x-amz-retry-after. Package retry reads them from a response's headers
+// (retry.StatusError), package awsretry from an AWS SDK error's response.
+package hint
 
 import (
 	"net/http"
@@ -6,32 +9,32 @@ import (
 	"time"
 )
 
-// MaxHint is the largest Retry-After the parsers return: longer values are
-// clamped to it, so that no arithmetic on a hint can overflow. The executor
-// honours far less (Config.MaxRetryAfter and the context deadline).
-const MaxHint = 24 * time.Hour
+// Max is the largest wait the parsers return: longer values are clamped
+// to it, so that no arithmetic on a hint can overflow. The executor
+// honours far less (retry.Config.MaxRetryAfter and the context deadline).
+const Max = 24 * time.Hour
 
-// Header names read by RetryAfterFromHeader.
+// Header names read by FromHeader.
 const (
-	HeaderRetryAfter    = "Retry-After"
-	HeaderAmzRetryAfter = "X-Amz-Retry-After"
+	headerRetryAfter    = "Retry-After"
+	headerAmzRetryAfter = "X-Amz-Retry-After"
 )
 
-// ParseRetryAfter parses the value of an HTTP Retry-After header (RFC 9110,
+// Parse parses the value of an HTTP Retry-After header (RFC 9110,
 // section 10.2.3): either delta-seconds ("120") or an HTTP-date, which is
 // taken relative to now.
 //
 // It reports ok = false for an empty or malformed value (a sign, a
 // fraction, trailing garbage, an impossible date). A date in the past gives
-// (0, true): the server allows a retry now. Values above MaxHint are
-// clamped to MaxHint. The result is never negative.
-func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
+// (0, true): the server allows a retry now. Values above Max are
+// clamped to Max. The result is never negative.
+func Parse(value string, now time.Time) (d time.Duration, ok bool) {
 	value = strings.TrimSpace(value)
 	if value == "" {
 		return 0, false
 	}
 	if value[0] >= '0' && value[0] <= '9' {
-		if secs, ok := parseDigits(value, int64(MaxHint/time.Second)); ok {
+		if secs, ok := parseDigits(value, int64(Max/time.Second)); ok {
 			return time.Duration(secs) * time.Second, true
 		}
 		// Not all digits: an HTTP-date never starts with a digit, except
@@ -45,36 +48,36 @@ func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
 	switch {
 	case d <= 0:
 		return 0, true
-	case d > MaxHint:
-		return MaxHint, true
+	case d > Max:
+		return Max, true
 	}
 	return d, true
 }
 
-// ParseAmzRetryAfter parses the value of an x-amz-retry-after header: a
+// ParseAmz parses the value of an x-amz-retry-after header: a
 // non-negative integer number of milliseconds. Malformed values give
-// ok = false; values above MaxHint are clamped to it.
-func ParseAmzRetryAfter(value string) (d time.Duration, ok bool) {
-	ms, ok := parseDigits(strings.TrimSpace(value), int64(MaxHint/time.Millisecond))
+// ok = false; values above Max are clamped to it.
+func ParseAmz(value string) (d time.Duration, ok bool) {
+	ms, ok := parseDigits(strings.TrimSpace(value), int64(Max/time.Millisecond))
 	if !ok {
 		return 0, false
 	}
 	return time.Duration(ms) * time.Millisecond, true
 }
 
-// RetryAfterFromHeader returns the wait a response's headers ask for: the
+// FromHeader returns the wait a response's headers ask for: the
 // larger of Retry-After and x-amz-retry-after when both are present and
 // well-formed (both are lower bounds, so the stricter wins). It reports
 // ok = false when neither is usable.
-func RetryAfterFromHeader(h http.Header, now time.Time) (d time.Duration, ok bool) {
+func FromHeader(h http.Header, now time.Time) (d time.Duration, ok bool) {
 	if h == nil {
 		return 0, false
 	}
-	if v := h.Get(HeaderRetryAfter); v != "" {
-		d, ok = ParseRetryAfter(v, now)
+	if v := h.Get(headerRetryAfter); v != "" {
+		d, ok = Parse(v, now)
 	}
-	if v := h.Get(HeaderAmzRetryAfter); v != "" {
-		if amz, amzOK := ParseAmzRetryAfter(v); amzOK {
+	if v := h.Get(headerAmzRetryAfter); v != "" {
+		if amz, amzOK := ParseAmz(v); amzOK {
 			if !ok || amz > d {
 				d = amz
 			}

@@ -21,7 +21,7 @@ import (
 	"github.com/aws/smithy-go"
 	"go.uber.org/goleak"
 
-	"github.com/herdguard/herdguard/integration/faultproxy"
+	"github.com/herdguard/herdguard/internal/faultproxy"
 )
 
 // noLeaks checks, after every other clean-up of the test, that the test left

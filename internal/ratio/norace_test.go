@@ -1,0 +1,5 @@
+//go:build !race
+
+package ratio_test
+
+const raceEnabled = false
