@@ -181,7 +181,7 @@ func (s soakWindowed) AcquireRetry(ctx context.Context, now time.Time, k budget.
 	}, nil
 }
 
-func (s soakWindowed) Flush(ctx context.Context) error { return s.g.Flush(ctx) }
+func (s soakWindowed) Flush(ctx context.Context, now time.Time) error { return s.g.Flush(ctx, now) }
 
 // soakWarmDynamo makes a few hundred of the writes the soak will make
 // (conditional updates of budget shards and breaker windows), from several
