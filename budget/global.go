@@ -13,6 +13,7 @@ import (
 	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/internal/knobs"
 	"github.com/herdguard/herdguard/internal/names"
+	"github.com/herdguard/herdguard/internal/storecall"
 )
 
 // AllowancePerRetry is the allowance one retry costs in a Store item. Global
@@ -782,19 +783,20 @@ func (g *Global) Flush(ctx context.Context, now time.Time) error {
 	return &unavailableError{budget: g.label, err: err}
 }
 
-// apply makes one store call bounded by StoreTimeout.
+// apply makes one store call bounded by StoreTimeout, even if the Store
+// ignores ctx; a Store that panics is a fault (storecall).
 func (g *Global) apply(ctx context.Context, w int64, shard int, deposit, take int64) (int64, error) {
 	g.storeCalls.Add(1)
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.StoreTimeout)
-	defer cancel()
-	return g.store.Apply(ctx,
-		Key{Name: g.name, Shard: shard, Window: g.windowStart(w)},
-		Update{
-			Floor:   g.floorShares[shard],
-			Deposit: deposit,
-			Take:    take,
-			Expires: g.windowStart(w + 1).Add(g.expiryMargin),
-		})
+	k := Key{Name: g.name, Shard: shard, Window: g.windowStart(w)}
+	u := Update{
+		Floor:   g.floorShares[shard],
+		Deposit: deposit,
+		Take:    take,
+		Expires: g.windowStart(w + 1).Add(g.expiryMargin),
+	}
+	return storecall.Do(ctx, g.cfg.StoreTimeout, ErrUnavailable, "apply", func(ctx context.Context) (int64, error) {
+		return g.store.Apply(ctx, k, u)
+	})
 }
 
 // grant returns the Release of a retry granted in window w.
