@@ -223,7 +223,7 @@ type GlobalStats struct {
 // millionths of a retry (AllowancePerRetry).
 //
 //   - RecordRequest counts the request in memory, in the slot of its
-//     window: one compare-and-swap, no lock, no allocation, no I/O.
+//     window: two compare-and-swaps, no lock, no allocation, no I/O.
 //   - An environment is engaged in window w when it asked for a global
 //     retry (AcquireRetry) in w or in w-1. Only an engaged environment
 //     writes. A fleet in which nobody retries makes no store call at all;
@@ -328,7 +328,7 @@ type GlobalStats struct {
 // # Cost
 //
 // Healthy (no environment retrying): zero store calls; RecordRequest is
-// one atomic compare-and-swap; Flush is a no-op.
+// two atomic compare-and-swaps; Flush is a no-op.
 // Retrying: per engaged environment about one deposit-only write per D;
 // one write per lease (with LeaseSize 1, one per granted retry); at most
 // one write per refusal, none for the refusals answered from memory
