@@ -694,7 +694,11 @@ func (e *Executor) reportStoreError(layer int, err error) {
 		e.onStoreError(layer, err)
 	}
 	if e.logger != nil {
-		e.logger.LogAttrs(context.Background(), slog.LevelWarn, "herdguard: retry budget store unavailable; layer abstained",
+		msg := "herdguard: retry budget store unavailable; layer abstained"
+		if errors.Is(err, budget.ErrExhausted) { // a layer that fails closed
+			msg = "herdguard: retry budget store unavailable; layer refused"
+		}
+		e.logger.LogAttrs(context.Background(), slog.LevelWarn, msg,
 			slog.Int("layer", layer), slog.String("error", err.Error()))
 	}
 }

@@ -199,6 +199,23 @@ func TestBudgetAccounting(t *testing.T) {
 			t.Errorf("log = %q; want a warning about the abstaining layer", logBuf.String())
 		}
 	})
+	t.Run("unavailable layer that fails closed refuses and is reported so", func(t *testing.T) {
+		storeErr := &budget.ExhaustedError{Budget: "global:p", Cause: fmt.Errorf("%w: %w", budget.ErrUnavailable, context.DeadlineExceeded)}
+		var logBuf bytes.Buffer
+		e := mustNew(t, retry.Config{
+			Idempotent: true,
+			Budgets:    []budget.Budget{&fakeBudget{refuse: storeErr}},
+			Clock:      newFakeClock(),
+			Logger:     slog.New(slog.NewTextHandler(&logBuf, nil)),
+		})
+		calls := 0
+		if err := e.Do(ctx, failing(&calls, status(500))); !errors.Is(err, budget.ErrExhausted) {
+			t.Fatalf("Do = %v; want the refusal", err)
+		}
+		if !strings.Contains(logBuf.String(), "layer refused") || strings.Contains(logBuf.String(), "abstained") {
+			t.Errorf("log = %q; want a warning that the layer refused", logBuf.String())
+		}
+	})
 	t.Run("context ends during the wait", func(t *testing.T) {
 		b := &fakeBudget{}
 		clk := newFakeClock()
