@@ -39,6 +39,7 @@ func TestImportRules(t *testing.T) {
 		"internal/hint":        {},
 		"internal/sleep":       {},
 		"internal/fakeclock":   {},
+		"internal/leakcheck":   {},
 		"internal/budgetcheck": {"budget"},
 		"internal/layers":      {"budget"},
 		"internal/globalcfg":   {"budget", "internal/knobs"},
