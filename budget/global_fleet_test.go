@@ -47,7 +47,7 @@ func newLedger(windows int) *ledger {
 // and over the run net retries × unit <= perReq × requests + floor × unit ×
 // windows (no request is deposited twice, and none before the first
 // window was made).
-func (l *ledger) check(t tb, perReq int64, floor int) (granted, bound float64) {
+func (l *ledger) check(t testing.TB, perReq int64, floor int) (granted, bound float64) {
 	t.Helper()
 	var totalNet, totalReq int64
 	for w := range l.net {
