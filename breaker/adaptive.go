@@ -61,9 +61,9 @@ const (
 //
 //   - No failure in the window: every call goes.
 //   - The fleet admitted every call (prev ≥ 1 − adaptiveHealthy): it
-//     starts throttling only when the hard-stop breaker would trip
-//     (fleetTripsLocked: FailureRatio plus a standard error, at least
-//     MinRequests samples), so that a partial outage is left to the retry
+//     starts throttling only when the failure ratio is adaptiveStartZ (2)
+//     standard errors above FailureRatio over at least MinRequests samples
+//     (fleetAboveLocked), so that a partial outage is left to the retry
 //     budgets; otherwise every call goes.
 //   - The fleet throttles, and the latest admitted calls fail at most
 //     adaptiveHealthy of the time: the partner has room for more than is

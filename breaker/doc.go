@@ -135,7 +135,8 @@
 // raced); the end of an open period one Open→HalfOpen Transition and at
 // most HalfOpenProbes AcquireProbe calls. With package dynamo's Store a
 // Load is one eventually consistent BatchGetItem (the state and override
-// items), a report one conditional write on the state item (at most two),
+// items), a report one conditional write on the state item (at most three
+// when its guesses of the slot's contents are wrong),
 // and the state item stays under 1 KB whatever the fleet's size.
 // docs/ARCHITECTURE.md has the derivations and the remaining bias.
 //

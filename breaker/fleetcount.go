@@ -82,7 +82,11 @@ func (p *pending) dropOld(cur int64) {
 // retry.Executor.Flush, which passes the Executor's clock), since the
 // execution environment may be frozen afterwards; calling it after every
 // invocation costs nothing while the fleet is quiet (nothing is sampled)
-// and at most one write a second otherwise. Without a Store, while the Store has failed
+// and at most one write a second otherwise. An environment making a call
+// or more per report interval holds its first report of a watch until it
+// has counted a whole interval (docs/ARCHITECTURE.md, "Counting for the
+// law"): a Flush before then sends nothing, and the counts go with the
+// first Flush after it. Without a Store, while the Store has failed
 // (the local state machine decides), or with nothing due, Flush writes
 // nothing. It returns the Store's fault (an error satisfying
 // errors.Is(err, ErrStore)) or ctx's error.

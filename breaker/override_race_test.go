@@ -41,18 +41,30 @@ func TestSharedReportAnswerKeepsTheOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := func(at time.Duration) {
+	call := func(at time.Duration) error {
 		p, err := b.Allow(ctx, t0.Add(at))
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		b.Done(ctx, t0.Add(at), p, breaker.Success)
+		return nil
 	}
-	call(0) // loads the watch, samples, reports
+	if err := call(0); err != nil { // loads the watch, samples, reports
+		t.Fatal(err)
+	}
 	st.gate, st.in = make(chan struct{}), make(chan struct{})
-	done := make(chan struct{})
-	go func() { call(900 * time.Millisecond); close(done) }() // its report is held in the store
-	<-st.in
+	done := make(chan error, 1)
+	go func() { done <- call(900 * time.Millisecond) }() // its report is held in the store
+	// Bounds far above what the steps take, so that a breaker that makes
+	// no report fails the test instead of hanging it.
+	const bound = time.Minute
+	select {
+	case <-st.in:
+	case err := <-done:
+		t.Fatalf("the call at 900 ms ended (%v) without a Report", err)
+	case <-time.After(bound):
+		t.Fatal("no Report from the call at 900 ms")
+	}
 	if err := st.SetOverride(ctx, "p", breaker.ForcedOpen, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +72,14 @@ func TestSharedReportAnswerKeepsTheOverride(t *testing.T) {
 		t.Fatalf("after loading force-open: %v, want ErrOpen", err)
 	}
 	close(st.gate)
-	<-done
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(bound):
+		t.Fatal("the call at 900 ms did not end after its Report was let go")
+	}
 	if _, err := b.Allow(ctx, t0.Add(1100*time.Millisecond)); !errors.Is(err, breaker.ErrOpen) {
 		t.Errorf("force-open, after the held Report answered: Allow = %v, want ErrOpen", err)
 	}

@@ -138,8 +138,9 @@ type Settings struct {
 	// CacheTTL is how long the fleet state read from the Store is trusted
 	// while the fleet is counting failures, open or half-open (1 s if 0);
 	// while it is closed and quiet (no failure
-	// anywhere for two Windows), ten times as long. A breaker calls
-	// Store.Load at most once per such period, plus once when a failure
+	// anywhere for two Windows), 15 times as long. A breaker calls
+	// Store.Load at most once per such period (with Adaptive, every
+	// CacheTTL / 4 while the fleet counts), plus once when a failure
 	// finds the fleet quiet, plus once before each move of the fleet it may
 	// make while the fleet is open or half-open (typically once, when an
 	// open period ends). Those moves are spread over CacheTTL across the

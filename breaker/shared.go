@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/herdguard/herdguard/internal/storecall"
 )
 
 // Store operations, as passed to Settings.OnStoreError.
@@ -46,35 +48,10 @@ const (
 	opTransition
 )
 
-// callStore runs f with its own timeout, in a goroutine, so that a Store
-// that ignores its context, or panics, still cannot block the caller past
-// the timeout or crash it. A result that comes too late is dropped (the
-// goroutine ends when the Store call does).
+// callStore runs a Store call through storecall.Do: bounded by timeout
+// even if the Store ignores ctx, and a panic is a fault (ErrStore).
 func callStore[T any](ctx context.Context, timeout time.Duration, op string, f func(context.Context) (T, error)) (T, error) {
-	sctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		var r result
-		defer func() {
-			if p := recover(); p != nil {
-				r = result{err: fmt.Errorf("%w: %s panicked: %v", ErrStore, op, p)}
-			}
-			ch <- r
-		}()
-		r.v, r.err = f(sctx)
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-sctx.Done():
-		var zero T
-		return zero, fmt.Errorf("%w: %s gave no answer in time: %w", ErrStore, op, sctx.Err())
-	}
+	return storecall.Do(ctx, timeout, ErrStore, op, f)
 }
 
 // storeError makes err satisfy errors.Is(err, ErrStore).

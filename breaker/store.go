@@ -26,8 +26,8 @@ type Store interface {
 	// Report adds one environment's sampled counts to the fleet's counts
 	// for bucket r.Bucket, kept in slot r.Bucket mod FleetSlots of the
 	// state, and returns the state after it. It is one conditional write
-	// (a store may need a second when its first guess of what the slot
-	// holds was wrong):
+	// (a store may need more when its guess of what the slot holds was
+	// wrong):
 	//
 	//   - if the stored epoch is not r.Epoch, nothing is applied and it
 	//     returns the current snapshot with an error satisfying

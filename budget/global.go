@@ -13,6 +13,7 @@ import (
 	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/internal/knobs"
 	"github.com/herdguard/herdguard/internal/names"
+	"github.com/herdguard/herdguard/internal/storecall"
 )
 
 // AllowancePerRetry is the allowance one retry costs in a Store item. Global
@@ -222,7 +223,7 @@ type GlobalStats struct {
 // millionths of a retry (AllowancePerRetry).
 //
 //   - RecordRequest counts the request in memory, in the slot of its
-//     window: one compare-and-swap, no lock, no allocation, no I/O.
+//     window: two compare-and-swaps, no lock, no allocation, no I/O.
 //   - An environment is engaged in window w when it asked for a global
 //     retry (AcquireRetry) in w or in w-1. Only an engaged environment
 //     writes. A fleet in which nobody retries makes no store call at all;
@@ -327,7 +328,7 @@ type GlobalStats struct {
 // # Cost
 //
 // Healthy (no environment retrying): zero store calls; RecordRequest is
-// one atomic compare-and-swap; Flush is a no-op.
+// two atomic compare-and-swaps; Flush is a no-op.
 // Retrying: per engaged environment about one deposit-only write per D;
 // one write per lease (with LeaseSize 1, one per granted retry); at most
 // one write per refusal, none for the refusals answered from memory
@@ -782,19 +783,20 @@ func (g *Global) Flush(ctx context.Context, now time.Time) error {
 	return &unavailableError{budget: g.label, err: err}
 }
 
-// apply makes one store call bounded by StoreTimeout.
+// apply makes one store call bounded by StoreTimeout, even if the Store
+// ignores ctx; a Store that panics is a fault (storecall).
 func (g *Global) apply(ctx context.Context, w int64, shard int, deposit, take int64) (int64, error) {
 	g.storeCalls.Add(1)
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.StoreTimeout)
-	defer cancel()
-	return g.store.Apply(ctx,
-		Key{Name: g.name, Shard: shard, Window: g.windowStart(w)},
-		Update{
-			Floor:   g.floorShares[shard],
-			Deposit: deposit,
-			Take:    take,
-			Expires: g.windowStart(w + 1).Add(g.expiryMargin),
-		})
+	k := Key{Name: g.name, Shard: shard, Window: g.windowStart(w)}
+	u := Update{
+		Floor:   g.floorShares[shard],
+		Deposit: deposit,
+		Take:    take,
+		Expires: g.windowStart(w + 1).Add(g.expiryMargin),
+	}
+	return storecall.Do(ctx, g.cfg.StoreTimeout, ErrUnavailable, "apply", func(ctx context.Context) (int64, error) {
+		return g.store.Apply(ctx, k, u)
+	})
 }
 
 // grant returns the Release of a retry granted in window w.

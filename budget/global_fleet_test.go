@@ -73,9 +73,14 @@ func (l *ledger) check(t testing.TB, perReq int64, floor int) (granted, bound fl
 // for a retry in w-1 or w-2), every request of w-1 recorded since its last
 // such call in w-1. Those are the carried requests of w. It is the Store
 // the environment's Global writes to.
+//
+// The Global calls Apply in a goroutine of its own (internal/storecall),
+// which may still run when a timed-out AcquireRetry has returned: mu
+// guards asked and pending.
 type envLedger struct {
 	budget.Store
 	l       *ledger
+	mu      sync.Mutex
 	asked   []bool
 	pending []int64 // requests of each window recorded since the last such call in it
 }
@@ -88,25 +93,45 @@ func newEnvLedger(l *ledger, s budget.Store) *envLedger {
 func (e *envLedger) request(now time.Time) {
 	w := windowNo(now)
 	e.l.requests[w].Add(1)
+	e.mu.Lock()
 	e.pending[w]++
+	e.mu.Unlock()
 }
 
 // ask records an AcquireRetry at now, before it is made.
-func (e *envLedger) ask(now time.Time) { e.asked[windowNo(now)] = true }
+func (e *envLedger) ask(now time.Time) {
+	e.mu.Lock()
+	e.asked[windowNo(now)] = true
+	e.mu.Unlock()
+}
 
 func (e *envLedger) Apply(ctx context.Context, k budget.Key, u budget.Update) (int64, error) {
+	// What the call carries is what was recorded before it started (the
+	// environment is sequential): a call that comes back after its
+	// AcquireRetry timed out must not take requests recorded since.
+	w := windowNo(k.Window)
+	in := w >= 0 && w < len(e.pending)
+	var cur, prev int64
+	var engaged bool
+	if in {
+		e.mu.Lock()
+		cur = e.pending[w]
+		if w > 0 {
+			prev = e.pending[w-1]
+			engaged = e.asked[w-1] || w > 1 && e.asked[w-2]
+		}
+		e.mu.Unlock()
+	}
 	a, err := e.Store.Apply(ctx, k, u)
-	if errors.Is(err, budget.ErrInsufficient) || errors.Is(err, budget.ErrThrottled) {
+	if errors.Is(err, budget.ErrInsufficient) || errors.Is(err, budget.ErrThrottled) || !in {
 		return a, err // nothing applied: what it carried is still pending
 	}
-	w := windowNo(k.Window)
-	if w < 0 || w >= len(e.pending) {
-		return a, err
-	}
-	e.pending[w] = 0
-	if w > 0 && (e.asked[w-1] || w > 1 && e.asked[w-2]) {
-		e.l.carried[w].Add(e.pending[w-1])
-		e.pending[w-1] = 0
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pending[w] -= cur
+	if engaged {
+		e.l.carried[w].Add(prev)
+		e.pending[w-1] -= prev
 	}
 	return a, err
 }

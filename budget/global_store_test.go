@@ -2,6 +2,7 @@ package budget_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -192,4 +193,43 @@ func (s *recStore) windowTotals() map[int64]itemTotals {
 		out[k.window] = w
 	}
 	return out
+}
+
+// storeFunc is a budget.Store made of a function.
+type storeFunc func(ctx context.Context, k budget.Key, u budget.Update) (int64, error)
+
+func (f storeFunc) Apply(ctx context.Context, k budget.Key, u budget.Update) (int64, error) {
+	return f(ctx, k, u)
+}
+
+// A Store that ignores its context or panics cannot hold a retry past
+// StoreTimeout nor crash the caller: the Global treats either as a fault
+// (ErrUnavailable).
+func TestGlobalSurvivesAStoreThatIgnoresCtxOrPanics(t *testing.T) {
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	for name, s := range map[string]storeFunc{
+		"ignores ctx": func(context.Context, budget.Key, budget.Update) (int64, error) { <-stuck; return 0, nil },
+		"panics":      func(context.Context, budget.Key, budget.Update) (int64, error) { panic("bad store") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			g, err := budget.NewGlobal(s, "partner", budget.GlobalConfig{StoreTimeout: 20 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := g.AcquireRetry(context.Background(), t0, budget.Transient)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, budget.ErrUnavailable) {
+					t.Errorf("AcquireRetry = %v; want an error satisfying ErrUnavailable", err)
+				}
+			case <-time.After(time.Minute): // a bound far above StoreTimeout, for a loaded machine
+				t.Fatal("AcquireRetry still blocked a minute after StoreTimeout")
+			}
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -611,8 +612,11 @@ func TestGlobalFlush(t *testing.T) {
 }
 
 // hangingStore blocks until ctx ends, like a table that does not answer,
-// and records the deadline it was given.
+// and records the deadline it was given. The Global calls it in a
+// goroutine of its own (internal/storecall) and may return before it
+// does: its fields are read through calls().
 type hangingStore struct {
+	mu        sync.Mutex
 	entered   time.Time
 	deadline  time.Time
 	hasDL     bool
@@ -620,11 +624,21 @@ type hangingStore struct {
 }
 
 func (h *hangingStore) Apply(ctx context.Context, _ budget.Key, _ budget.Update) (int64, error) {
+	h.mu.Lock()
 	h.callCount++
 	h.entered = time.Now()
 	h.deadline, h.hasDL = ctx.Deadline()
+	h.mu.Unlock()
 	<-ctx.Done()
 	return 0, ctx.Err()
+}
+
+// calls returns what the store recorded: its call count, when it was last
+// entered, and the deadline it was given then.
+func (h *hangingStore) calls() (n int, entered, deadline time.Time, hasDL bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.callCount, h.entered, h.deadline, h.hasDL
 }
 
 // TestGlobalCutsAHangingStore runs in a synctest bubble: the store's
@@ -641,8 +655,8 @@ func TestGlobalCutsAHangingStore(t *testing.T) {
 			if rel != nil {
 				t.Fatal("Release with an error")
 			}
-			if !h.hasDL || h.deadline.Sub(h.entered) > timeout {
-				t.Fatalf("store got deadline %v (ok %v) at %v; want within %v", h.deadline, h.hasDL, h.entered, timeout)
+			if _, entered, deadline, hasDL := h.calls(); !hasDL || deadline.Sub(entered) > timeout {
+				t.Fatalf("store got deadline %v (ok %v) at %v; want within %v", deadline, hasDL, entered, timeout)
 			}
 			if !errors.Is(err, budget.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("failClosed %v: %v, want an ErrUnavailable error for the deadline", failClosed, err)
@@ -663,8 +677,8 @@ func TestGlobalCutsAHangingStore(t *testing.T) {
 				t.Fatalf("fail open via AcquireAll: rel %v err %v reported %d", rel != nil, err, reported)
 			}
 			// That second ask was inside the cooldown: no store call.
-			if h.callCount != 1 {
-				t.Fatalf("%d calls to a failing store within the cooldown", h.callCount)
+			if n, _, _, _ := h.calls(); n != 1 {
+				t.Fatalf("%d calls to a failing store within the cooldown", n)
 			}
 			if st := g.Stats(); st.Faults != 1 || st.LostRequests != 10 || st.Unavailable != 2 {
 				t.Errorf("stats %+v", st)
@@ -680,13 +694,15 @@ func TestGlobalCutsAHangingStore(t *testing.T) {
 		if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, budget.ErrUnavailable) {
 			t.Fatalf("%v", err)
 		}
-		if !h.deadline.Equal(dl) {
-			t.Fatalf("store deadline %v, want the caller's %v", h.deadline, dl)
+		if _, _, deadline, _ := h.calls(); !deadline.Equal(dl) {
+			t.Fatalf("store deadline %v, want the caller's %v", deadline, dl)
 		}
 		// The caller's own deadline is not a store fault: no cooldown, and a
 		// done context makes no call at all.
-		if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, context.DeadlineExceeded) || h.callCount != 1 {
-			t.Fatalf("done ctx: %v, %d calls", err, h.callCount)
+		if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("done ctx: %v", err)
+		} else if n, _, _, _ := h.calls(); n != 1 {
+			t.Fatalf("done ctx: %d calls", n)
 		}
 	})
 }

@@ -116,8 +116,9 @@ type Recorder struct {
 	values    map[string]string
 	now       func() time.Time
 
-	mu        sync.Mutex
-	w         io.Writer           // guarded by mu, so that lines never interleave
+	wmu       sync.Mutex          // held while writing a line, so that lines never interleave
+	w         io.Writer           // guarded by wmu
+	mu        sync.Mutex          // the counts; never held across a write
 	counts    map[string]uint64   // guarded by mu
 	exhausted map[string]struct{} // names of the budgets that refused; guarded by mu
 }
@@ -262,10 +263,27 @@ func (r *Recorder) add(metric string) {
 // one line, and starts counting from zero. It writes nothing when nothing
 // was counted. A write error is returned, and the counts are dropped.
 func (r *Recorder) Flush() error {
+	line, err := r.take()
+	if line == nil || err != nil {
+		return err
+	}
+	// The hooks on the call path take mu only: a slow writer holds up the
+	// next Flush, not the calls.
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if _, err := r.w.Write(line); err != nil {
+		return fmt.Errorf("herdguard: emf: writing: %w", err)
+	}
+	return nil
+}
+
+// take encodes what was counted since the last flush as one line (nil when
+// nothing was counted) and starts counting from zero.
+func (r *Recorder) take() ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.counts) == 0 {
-		return nil
+		return nil, nil
 	}
 	type metricDef struct {
 		Name string `json:"Name"`
@@ -298,10 +316,7 @@ func (r *Recorder) Flush() error {
 	clear(r.exhausted)
 	line, err := json.Marshal(doc)
 	if err != nil {
-		return fmt.Errorf("herdguard: emf: encoding: %w", err) // strings and integers only: cannot happen
+		return nil, fmt.Errorf("herdguard: emf: encoding: %w", err) // strings and integers only: cannot happen
 	}
-	if _, err := r.w.Write(append(line, '\n')); err != nil {
-		return fmt.Errorf("herdguard: emf: writing: %w", err)
-	}
-	return nil
+	return append(line, '\n'), nil
 }

@@ -126,10 +126,16 @@ func New(ctx context.Context, api dynamo.API, table, name string, cfg Config) (*
 	if err != nil {
 		return nil, relabel(err, "dynamo.NewBreakerStore ", "fleet.New ")
 	}
+	// The layers first (no I/O): bad config is a ConfigError, whatever
+	// the table.
+	exec, err := build(budgets, breakers, name, cfg)
+	if err != nil {
+		return nil, err
+	}
 	if err := warmUp(ctx, breakers, table, name, &cfg); err != nil {
 		return nil, err
 	}
-	return build(budgets, breakers, name, cfg)
+	return exec, nil
 }
 
 // check rejects what the layers would reject under other names.

@@ -55,7 +55,9 @@ func apiError(status int, err error) error {
 }
 
 func TestNewRejectsBadConfigNamingTheFleetField(t *testing.T) {
-	ok := &tableAPI{}
+	// A table that cannot be read: bad config is reported first, and
+	// before any read.
+	ok := &tableAPI{err: apiError(400, &types.ResourceNotFoundException{Message: new(string)})}
 	for _, tc := range []struct {
 		api   *tableAPI
 		table string
@@ -79,6 +81,9 @@ func TestNewRejectsBadConfigNamingTheFleetField(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Field != tc.field || !strings.HasPrefix(err.Error(), "herdguard: "+tc.field+" ") {
 			t.Errorf("New(%q, %q, %+v) = %v; want a *herdguard.ConfigError naming %s", tc.table, tc.name, tc.cfg, err, tc.field)
 		}
+	}
+	if ok.reads != 0 {
+		t.Errorf("%d reads of the table for bad config; want none", ok.reads)
 	}
 	if _, err := fleet.New(context.Background(), nil, "herdguard", "p", fleet.Config{}); err == nil || !strings.Contains(err.Error(), "fleet.New api is nil") {
 		t.Errorf("New(nil api) = %v", err)

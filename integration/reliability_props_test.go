@@ -1610,7 +1610,8 @@ func (m *relReportsModel) actions() map[string]func(*rapid.T) {
 // finish turns the faults off, flushes every environment, then moves past
 // CacheTTL and ReportInterval (less than a window: nothing pending grows
 // too old), where each environment makes one failing call (which reloads
-// the fleet state, ending degraded mode) and flushes again. Then every
+// the fleet state, ending degraded mode) and flushes again, and once more
+// a ReportInterval and a bucket later. Then every
 // environment has handed Report every sample it owed (checked at each
 // Report), and every bucket holds what the Reports applied (checkCounts).
 func (m *relReportsModel) finish(t *rapid.T) {
@@ -1621,6 +1622,15 @@ func (m *relReportsModel) finish(t *rapid.T) {
 	m.now = m.now.Add(max(m.cfg.CacheTTL, m.reportInterval) + time.Millisecond)
 	for _, e := range m.envs {
 		m.call(t, e, breaker.Failure)
+		m.flush(e)
+	}
+	// An environment that started sampling at one of those calls reports
+	// its first ReportInterval whole (its start may wait up to a bucket):
+	// its next Flush after that hands the counts over. Still within the
+	// window.
+	m.now = m.now.Add(m.reportInterval + m.window/breaker.FleetSlots + time.Millisecond)
+	for _, e := range m.envs {
+		e.lastNow = later(e.lastNow, m.now)
 		m.flush(e)
 	}
 	m.store.checkCounts(t, m.seen)

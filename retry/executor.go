@@ -372,10 +372,11 @@ func run[T any](ctx context.Context, e *Executor, c call, op func(context.Contex
 
 // loop is the retry loop, shared by every entry point: breaker gate →
 // attempt → classification → breaker outcome (decided by the verdict) →
-// attempts left? → delay and deadline check → breaker gate for the next
-// attempt → budgets → wait → next attempt. The gate comes before the
-// budgets so that a retry the breaker rejects is never charged to them; a
-// budget refusal after the gate admitted hands the permit back (Excluded).
+// attempts left? → delay and deadline check → open breaker? → budgets →
+// wait → breaker gate → next attempt. A retry an open breaker rejects is
+// never charged to the budgets; one the gate rejects after the wait (the
+// breaker opened meanwhile, or adaptive throttling refuses retries) hands
+// its grant back (RetryNotUsed).
 // It is not generic, so that Executor.Do calls op directly; run wraps it
 // for values.
 func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, int) error) error {
@@ -468,17 +469,14 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		if !ok {
 			return e.giveUp(ctx, attempt, reason, err, nil)
 		}
-		if e.breaker != nil {
-			var oerr error
-			// The retry's context is marked: the breaker does not sample
-			// retries for the fleet's counts (internal/attempt).
-			if permit, oerr = e.breaker.Allow(attemptctx.Retry(ctx), now); oerr != nil {
-				return e.rejected(ctx, attempt, err, oerr)
-			}
+		// The retry's context is marked: the breaker does not sample
+		// retries for the fleet's counts (internal/attempt).
+		rctx := attemptctx.Retry(ctx)
+		if oerr := e.openGate(rctx, now); oerr != nil {
+			return e.rejected(ctx, attempt, err, oerr)
 		}
 		rel, gerr := e.grant(ctx, now, RetryEvent{Attempt: attempt, Delay: delay, RetryAfter: hint, Err: err, Kind: kind})
 		if gerr != nil {
-			e.excluded(ctx, now, permit)
 			return gerr
 		}
 		release = rel
@@ -487,11 +485,36 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		}
 		if serr := e.clock.Sleep(ctx, delay); serr != nil {
 			release.Done(budget.RetryNotUsed)
-			e.excluded(ctx, e.clock.Now(), permit)
 			return e.giveUp(ctx, attempt, ContextDone, err, serr)
 		}
 		now = e.now()
+		if e.breaker != nil {
+			var oerr error
+			if permit, oerr = e.breaker.Allow(rctx, now); oerr != nil {
+				// The breaker opened (or throttles) during the wait.
+				release.Done(budget.RetryNotUsed)
+				return e.rejected(ctx, attempt, err, oerr)
+			}
+		}
 	}
+}
+
+// openGate keeps a retry an open breaker would reject from being charged to
+// the budgets: when the breaker reads Open at now, it asks Allow for the
+// rejection (and hands back the permit should the breaker admit after all,
+// a state change in between). The permit the retry runs under is taken
+// after the wait, so that its slow-call clock, its probe lease and its
+// generation start when the attempt does.
+func (e *Executor) openGate(ctx context.Context, now time.Time) error {
+	if e.breaker == nil || e.breaker.State(now) != breaker.Open {
+		return nil
+	}
+	p, err := e.breaker.Allow(ctx, now)
+	if err != nil {
+		return err
+	}
+	e.excluded(ctx, now, p)
+	return nil
 }
 
 // excluded hands back a breaker permit whose attempt will not run.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	attemptctx "github.com/herdguard/herdguard/internal/attempt"
 	"github.com/herdguard/herdguard/internal/layers"
 )
 
@@ -85,7 +86,8 @@ func (e *Executor) StartAttempt(ctx context.Context, attempt int) (done func(err
 // It applies Do's rules. A hint above Config.MaxRetryAfter, or a wait that
 // would end within DeadlineMargin of ctx's deadline, ends the call at once
 // with a *GiveUpError wrapping ev.Err (Reason RetryAfterTooLong or
-// DeadlineTooClose) and nothing spent. Then every budget must grant (in
+// DeadlineTooClose) and nothing spent; so does an open breaker (Reason
+// BreakerOpen), as StartAttempt would reject the retry. Then every budget must grant (in
 // order): a refusal is a *GiveUpError with Reason BudgetExhausted carrying
 // ev.Attempt and ev.Err (errors.Is(err, budget.ErrExhausted)), and OnGiveUp
 // and OnStoreError see what they see for Do. A
@@ -101,6 +103,9 @@ func (e *Executor) AcquireRetry(ctx context.Context, ev RetryEvent) (budget.Rele
 	if reason, ok := e.fits(now, deadline, hasDeadline, max(ev.RetryAfter, 0), max(ev.Delay, 0)); !ok {
 		return nil, e.giveUp(ctx, ev.Attempt, reason, ev.Err, nil)
 	}
+	if oerr := e.openGate(attemptctx.Retry(ctx), now); oerr != nil {
+		return nil, e.rejected(ctx, ev.Attempt, ev.Err, oerr)
+	}
 	return e.grant(ctx, now, ev)
 }
 
@@ -113,7 +118,11 @@ func (e *Executor) AcquireRetry(ctx context.Context, ev RetryEvent) (budget.Rele
 // BenchmarkHealthyPath), and they are three lines each.
 func (e *Executor) admit(ctx context.Context, now time.Time, first bool, permit *breaker.Permit) error {
 	if e.breaker != nil {
-		p, err := e.breaker.Allow(ctx, now)
+		actx := ctx
+		if !first { // as the loop marks its retries (internal/attempt)
+			actx = attemptctx.Retry(ctx)
+		}
+		p, err := e.breaker.Allow(actx, now)
 		if err != nil {
 			return err
 		}

@@ -232,3 +232,70 @@ func TestForeignLoopRefusals(t *testing.T) {
 		}
 	})
 }
+
+// throttlingStore is a breaker Store whose fleet counts show adaptive
+// throttling in force: 70% of the calls of the last seconds failed.
+type throttlingStore struct{ snap breaker.Snapshot }
+
+func newThrottlingStore(now time.Time) *throttlingStore {
+	s := breaker.Snapshot{WatchUntil: now.Add(20 * time.Second)}
+	for i := range int64(3) {
+		n := now.Unix() - i
+		s.Buckets[n%breaker.FleetSlots] = breaker.Bucket{Num: n, Requests: 300, Successes: 90, Failures: 210, Samples: 300}
+	}
+	return &throttlingStore{snap: s}
+}
+
+func (s *throttlingStore) Load(context.Context, string) (breaker.Snapshot, error) { return s.snap, nil }
+func (s *throttlingStore) Report(context.Context, string, breaker.Report) (breaker.Snapshot, error) {
+	return s.snap, nil
+}
+func (s *throttlingStore) Transition(_ context.Context, _ string, _ uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
+	return next, nil
+}
+func (s *throttlingStore) AcquireProbe(context.Context, string, uint64, int, time.Time, time.Time) (int, error) {
+	return 0, breaker.ErrProbeDenied
+}
+func (s *throttlingStore) SetOverride(context.Context, string, breaker.Override, time.Time) error {
+	return nil
+}
+
+// A foreign loop's later attempts are retries to the breaker, as Do's are:
+// while adaptive throttling admits a share of first attempts it refuses
+// retries.
+func TestForeignLoopRetriesAreRetriesToTheBreaker(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	br, err := breaker.New("partner", breaker.Settings{Store: newThrottlingStore(clk.Now()), Adaptive: true,
+		Rand: func() float64 { return 0 }, StoreTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := mustNew(t, retry.Config{Breaker: br, Clock: clk})
+	done, err := e.StartAttempt(ctx, 1)
+	if err != nil {
+		t.Fatalf("StartAttempt(1) while throttling with Rand 0: %v; want a first attempt admitted", err)
+	}
+	done(nil, retry.NoOpinion)
+	_, err = e.StartAttempt(ctx, 2)
+	var oe *breaker.OpenError
+	if !errors.As(err, &oe) || !oe.Throttled {
+		t.Fatalf("StartAttempt(2) while throttling: %v; want the retry refused by throttling", err)
+	}
+}
+
+// AcquireRetry charges no budget for a retry an open breaker would reject.
+func TestForeignLoopAcquireRetryWhileOpen(t *testing.T) {
+	ctx := context.Background()
+	b := &fakeBudget{}
+	br := mustBreaker(t)
+	br.Override(breaker.ForcedOpen)
+	e := mustNew(t, retry.Config{Budgets: []budget.Budget{b}, Breaker: br, Clock: newFakeClock()})
+	_, err := e.AcquireRetry(ctx, retry.RetryEvent{Attempt: 1, Err: errPartner, Kind: budget.Transient})
+	if gu := asGiveUp(t, err); gu.Reason != retry.BreakerOpen || !errors.Is(err, breaker.ErrOpen) {
+		t.Errorf("AcquireRetry = %+v; want Reason BreakerOpen", gu)
+	}
+	if s := b.snapshot(); len(s.acquires) != 0 {
+		t.Errorf("budget asked %d times; want never", len(s.acquires))
+	}
+}

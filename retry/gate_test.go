@@ -12,11 +12,11 @@ import (
 	"github.com/herdguard/herdguard/retry"
 )
 
-// The breaker gates a retry before the budgets are asked: a retry the
-// breaker rejects is never charged (the fleet-wide allowance is not
-// stranded in an environment that cannot use it), and a retry the budgets
-// refuse after the breaker admitted it hands the permit back as Excluded,
-// which counts neither a success nor a failure.
+// An open breaker rejects a retry before the budgets are asked: it is never
+// charged (the fleet-wide allowance is not stranded in an environment that
+// cannot use it). The permit a retry runs under is taken after the wait:
+// a retry the budgets refuse, or whose wait the context ends, took none,
+// and one the breaker rejects after the wait hands its grant back.
 
 func TestBreakerRejectedRetryChargesNoBudget(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
@@ -58,7 +58,7 @@ func TestBreakerRejectedRetryChargesNoBudget(t *testing.T) {
 	}
 }
 
-func TestBudgetRefusalAfterTheGateHandsThePermitBack(t *testing.T) {
+func TestRetryTakesItsPermitAfterTheWait(t *testing.T) {
 	ctx := context.Background()
 	br := mustBreaker(t)
 	refusing := &fakeBudget{refuse: &budget.ExhaustedError{Budget: "global:partner"}}
@@ -72,10 +72,10 @@ func TestBudgetRefusalAfterTheGateHandsThePermitBack(t *testing.T) {
 	if s := refusing.snapshot(); len(s.acquires) != 1 {
 		t.Fatalf("budget asked %d times, want once", len(s.acquires))
 	}
-	// The first attempt's failure counts; the refused retry's permit comes
-	// back Excluded: no success, no second failure.
-	if c := br.Counts(); c.Failures != 1 || c.Successes != 0 || c.Excluded != 1 {
-		t.Errorf("breaker counts %+v; want the one failure, and the handed-back permit excluded", c)
+	// The first attempt's failure counts; the refused retry took no
+	// permit: no success, no second failure, nothing excluded.
+	if c := br.Counts(); c.Failures != 1 || c.Successes != 0 || c.Excluded != 0 {
+		t.Errorf("breaker counts %+v; want the one failure only", c)
 	}
 
 	// The same when the context ends during the wait before the retry.
@@ -89,10 +89,50 @@ func TestBudgetRefusalAfterTheGateHandsThePermitBack(t *testing.T) {
 	if err := e2.Do(cctx, failing(&calls, status(503))); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v; want context.Canceled", err)
 	}
-	if c := br2.Counts(); c.Failures != 1 || c.Successes != 0 || c.Excluded != 1 {
-		t.Errorf("breaker counts %+v; want the one failure, and the unused permit excluded", c)
+	if c := br2.Counts(); c.Failures != 1 || c.Successes != 0 || c.Excluded != 0 {
+		t.Errorf("breaker counts %+v; want the one failure only", c)
 	}
 	if s := granting.snapshot(); len(s.outcomes) != 1 || s.outcomes[0] != budget.RetryNotUsed {
 		t.Errorf("budget outcomes %v, want [not-used]", s.outcomes)
+	}
+}
+
+// A breaker that opens during the wait before a retry rejects the retry,
+// and the budgets get their grant back unused.
+func TestBreakerOpeningDuringTheWaitRejectsTheRetry(t *testing.T) {
+	br := mustBreaker(t)
+	clk := newFakeClock()
+	clk.OnSleep = func() { br.Override(breaker.ForcedOpen) }
+	b := &fakeBudget{}
+	e := mustNew(t, retry.Config{Idempotent: true, Breaker: br, Budgets: []budget.Budget{b}, Clock: clk})
+	calls := 0
+	err := e.Do(context.Background(), failing(&calls, status(503)))
+	if gu := asGiveUp(t, err); gu.Reason != retry.BreakerOpen || calls != 1 {
+		t.Fatalf("%d calls, %+v; want the retry rejected by the breaker after the wait", calls, gu)
+	}
+	if s := b.snapshot(); len(s.acquires) != 1 || len(s.outcomes) != 1 || s.outcomes[0] != budget.RetryNotUsed {
+		t.Errorf("budget: %d acquires, outcomes %v; want one grant handed back not-used", len(s.acquires), s.outcomes)
+	}
+}
+
+// The wait before a retry is not part of the retry's duration: a fast
+// retry after a long Retry-After wait is a success, not a slow call.
+func TestSlowCallClockStartsAfterTheWait(t *testing.T) {
+	br, err := breaker.New("partner", breaker.Settings{SlowCallThreshold: 500 * time.Millisecond, MinRequests: 2, FailureRatio: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := newFakeClock()
+	e := mustNew(t, retry.Config{Idempotent: true, Breaker: br, Clock: clk, Rand: constRand(0.99)})
+	calls := 0
+	throttled := &retry.StatusError{StatusCode: 429, RetryAfter: 2 * time.Second}
+	if err := e.Do(context.Background(), failing(&calls, throttled)); err != nil || calls != 2 {
+		t.Fatalf("%d calls, %v; want the retry to succeed", calls, err)
+	}
+	if c := br.Counts(); c.Successes != 1 {
+		t.Errorf("breaker counts %+v; want the retry counted a success", c)
+	}
+	if st := br.State(clk.Now()); st != breaker.Closed {
+		t.Errorf("breaker %v after a throttled call and a fast retry; want closed", st)
 	}
 }
