@@ -305,13 +305,18 @@ func globalBoundCase(t *testing.T, seed uint64) {
 		FaultCooldown: []time.Duration{-1, 0}[r.IntN(2)],
 	}
 	s := newRecStore(newMapStore())
-	faults := r.IntN(2) == 1
-	s.setFault(func(budget.Key, budget.Update) faultMode {
-		if !faults {
-			return pass
-		}
-		return faultMode(r.IntN(3))
-	})
+	if r.IntN(2) == 1 {
+		// Store calls run in a goroutine of the Global's (internal/storecall),
+		// which may outlive a timed-out call: faults draw from their own
+		// generator, under a lock.
+		var mu sync.Mutex
+		fr := rand.New(rand.NewPCG(seed, 1))
+		s.setFault(func(budget.Key, budget.Update) faultMode {
+			mu.Lock()
+			defer mu.Unlock()
+			return faultMode(fr.IntN(3))
+		})
+	}
 	led := newLedger(windows)
 	envs := make([]*budget.Global, intRange(1, 5))
 	els := make([]*envLedger, len(envs))
