@@ -2,7 +2,9 @@
 #
 # sam build runs `make build-BikesFunction` here (template.yaml: BuildMethod
 # makefile, CodeUri ./) with ARTIFACTS_DIR set to the function's build
-# directory. Without SAM:
+# directory. CodeUri is the repository root, not examples/bikes: the example
+# is a module of its own whose go.mod replaces herdguard with ../.., and
+# sam build copies CodeUri elsewhere before running make. Without SAM:
 #
 #     make build-BikesFunction ARTIFACTS_DIR=build
 #
@@ -18,5 +20,5 @@ ARTIFACTS_DIR ?= build
 
 .PHONY: build-BikesFunction
 build-BikesFunction:
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -buildvcs=false -tags lambda.norpc \
-		-ldflags='-s -w' -o $(ARTIFACTS_DIR)/bootstrap ./examples/bikes
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -C examples/bikes -trimpath -buildvcs=false -tags lambda.norpc \
+		-ldflags='-s -w' -o $(abspath $(ARTIFACTS_DIR))/bootstrap .

@@ -4,14 +4,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sony/gobreaker/v2"
-
 	"github.com/herdguard/herdguard/breaker"
 )
 
 // The closed path: Allow and Done of a successful call. The caller owns
 // the clock (a retry.Executor reads it once per call); the *Now variants
-// read time.Now() for both, as gobreaker does internally.
+// read time.Now() for both, as gobreaker does internally. gobreaker's own
+// Execute is measured beside them in the bench module (../bench/).
 
 func BenchmarkAllowDone(b *testing.B) {
 	br := newBreaker(b, breaker.Settings{})
@@ -97,42 +96,6 @@ func BenchmarkAllowDoneSharedParallel(b *testing.B) {
 				return
 			}
 			br.Done(ctx, t0, p, breaker.Success)
-		}
-	})
-}
-
-// The reference: sony/gobreaker v2's Execute on its closed path, with a
-// rolling window as close to ours as it offers.
-func newGobreaker() *gobreaker.CircuitBreaker[struct{}] {
-	return gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:         "partner",
-		Interval:     10 * time.Second,
-		BucketPeriod: time.Second,
-		Timeout:      30 * time.Second,
-	})
-}
-
-func ok() (struct{}, error) { return struct{}{}, nil }
-
-func BenchmarkGobreakerExecute(b *testing.B) {
-	cb := newGobreaker()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := cb.Execute(ok); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkGobreakerExecuteParallel(b *testing.B) {
-	cb := newGobreaker()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := cb.Execute(ok); err != nil {
-				b.Error(err)
-				return
-			}
 		}
 	})
 }

@@ -20,14 +20,7 @@ import (
 
 const unit = budget.AllowancePerRetry
 
-// tb is the part of testing.TB that *rapid.T also has.
-type tb interface {
-	Helper()
-	Errorf(format string, args ...any)
-	Fatalf(format string, args ...any)
-}
-
-func newGlobal(t tb, s budget.Store, cfg budget.GlobalConfig) *budget.Global {
+func newGlobal(t testing.TB, s budget.Store, cfg budget.GlobalConfig) *budget.Global {
 	t.Helper()
 	g, err := budget.NewGlobal(s, "partner", cfg)
 	if err != nil {

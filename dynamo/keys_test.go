@@ -1,12 +1,11 @@
 package dynamo
 
 import (
+	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
-
-	"pgregory.net/rapid"
 
 	"github.com/herdguard/herdguard/budget"
 
@@ -143,39 +142,63 @@ func TestOverrideKeyPattern(t *testing.T) {
 	if OverrideKeyPattern != "c#*#override" {
 		t.Errorf("OverrideKeyPattern = %q; SECURITY.md and template.yaml spell it c#*#override", OverrideKeyPattern)
 	}
+	// Names that end like the suffix or embed it are the interesting ones.
 	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:"
-	nameGen := rapid.Custom(func(t *rapid.T) string {
-		// Names that end like the suffix or embed it are the interesting ones.
-		base := rapid.StringOfN(rapid.SampledFrom([]rune(alphabet)), 1, 40, -1).Draw(t, "base")
-		switch rapid.IntRange(0, 3).Draw(t, "shape") {
-		case 1:
-			base += "override"
-		case 2:
-			base = "override" + base
-		case 3:
-			base = "override"
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		b := make([]byte, 1+r.IntN(40))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
 		}
-		return base
-	})
-	rapid.Check(t, func(t *rapid.T) {
-		name := nameGen.Draw(t, "name")
+		name := string(b)
+		switch r.IntN(4) {
+		case 1:
+			name += "override"
+		case 2:
+			name = "override" + name
+		case 3:
+			name = "override"
+		}
 		if err := names.Validate(name); err != nil {
 			t.Fatalf("generated name %q is invalid: %v", name, err)
 		}
-		if k := layout.OverrideKey(name); !stringLike(OverrideKeyPattern, k) {
-			t.Fatalf("pattern %q misses the override key %q", OverrideKeyPattern, k)
+		checkOverrideKeyPattern(t, name, r.Int64N(maxUnixMilli+1), r.IntN(maxShards), r.IntN(maxProbeSlots))
+	}
+}
+
+// FuzzOverrideKeyPattern is TestOverrideKeyPattern's property over any
+// valid name, window, shard and slot (go test -fuzz FuzzOverrideKeyPattern
+// ./dynamo/); go test runs the seeds.
+func FuzzOverrideKeyPattern(f *testing.F) {
+	f.Add("payments", int64(1_700_000_000_000), 0, 0)
+	f.Add("override", int64(0), maxShards-1, maxProbeSlots-1)
+	f.Add("a.override", int64(maxUnixMilli), 3, 7)
+	f.Add("override:x", int64(10), 1, 1)
+	f.Fuzz(func(t *testing.T, name string, ms int64, shard, slot int) {
+		if names.Validate(name) != nil || ms < 0 || ms > maxUnixMilli || shard < 0 || shard >= maxShards || slot < 0 || slot >= maxProbeSlots {
+			t.Skip("not a key the stores write")
 		}
-		ms := rapid.Int64Range(0, maxUnixMilli).Draw(t, "ms")
-		bk, err := budgetKey(budget.Key{Name: name, Shard: rapid.IntRange(0, maxShards-1).Draw(t, "shard"), Window: time.UnixMilli(ms)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range []string{layout.StateKey(name), layout.ProbeKey(name, rapid.IntRange(0, maxProbeSlots-1).Draw(t, "slot")), bk} {
-			if stringLike(OverrideKeyPattern, k) {
-				t.Fatalf("pattern %q matches %q, which is not an override item", OverrideKeyPattern, k)
-			}
-		}
+		checkOverrideKeyPattern(t, name, ms, shard, slot)
 	})
+}
+
+// checkOverrideKeyPattern fails t unless OverrideKeyPattern matches name's
+// override key and none of its state, probe (slot) and budget (window ms,
+// shard) keys.
+func checkOverrideKeyPattern(t *testing.T, name string, ms int64, shard, slot int) {
+	t.Helper()
+	if k := layout.OverrideKey(name); !stringLike(OverrideKeyPattern, k) {
+		t.Fatalf("pattern %q misses the override key %q", OverrideKeyPattern, k)
+	}
+	bk, err := budgetKey(budget.Key{Name: name, Shard: shard, Window: time.UnixMilli(ms)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{layout.StateKey(name), layout.ProbeKey(name, slot), bk} {
+		if stringLike(OverrideKeyPattern, k) {
+			t.Fatalf("pattern %q matches %q, which is not an override item", OverrideKeyPattern, k)
+		}
+	}
 }
 
 func TestTTLSecondsRoundsUp(t *testing.T) {

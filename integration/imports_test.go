@@ -23,8 +23,8 @@ func TestImportRules(t *testing.T) {
 	// allowed lists, per top-level package, the module packages it may import.
 	allowed := map[string][]string{
 		"herdguard":            {},
-		"budget":               {"herdguard", "budget", "internal/names", "internal/knobs"},
-		"breaker":              {"herdguard", "budget", "breaker", "internal/attempt", "internal/names", "internal/knobs"},
+		"budget":               {"herdguard", "budget", "internal/names", "internal/knobs", "internal/storecall"},
+		"breaker":              {"herdguard", "budget", "breaker", "internal/attempt", "internal/names", "internal/knobs", "internal/storecall"},
 		"local":                {"herdguard", "budget", "breaker", "internal/memstore", "internal/ratio"},
 		"dynamo":               {"herdguard", "budget", "breaker", "internal/layout", "internal/slothint", "internal/names"},
 		"retry":                {"herdguard", "budget", "breaker", "internal/attempt", "internal/layers", "internal/ratio", "internal/hint", "internal/sleep"},
@@ -39,6 +39,8 @@ func TestImportRules(t *testing.T) {
 		"internal/hint":        {},
 		"internal/sleep":       {},
 		"internal/fakeclock":   {},
+		"internal/leakcheck":   {},
+		"internal/storecall":   {},
 		"internal/budgetcheck": {"budget"},
 		"internal/layers":      {"budget"},
 		"internal/globalcfg":   {"budget", "internal/knobs"},

@@ -31,14 +31,16 @@ const (
 	msgBreakerStoreUnavailable = "breaker store failed; using local state"
 )
 
-// buildBikes compiles examples/bikes into dir and returns the binary's path,
-// named bootstrap as on provided.al2023.
+// buildBikes compiles examples/bikes (a module of its own, next to this
+// one) into dir and returns the binary's path, named bootstrap as on
+// provided.al2023.
 func buildBikes(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "bootstrap")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", bin, "github.com/herdguard/herdguard/examples/bikes")
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", bin, ".")
+	cmd.Dir = filepath.Join("..", "examples", "bikes")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build examples/bikes: %v\n%s", err, out)

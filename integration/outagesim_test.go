@@ -251,15 +251,16 @@ func TestOutagesimOnDynamoDB(t *testing.T) {
 	}
 }
 
-// buildOutagesim builds cmd/outagesim with the toolchain running the test
-// and returns the binary's path.
+// buildOutagesim builds cmd/outagesim (a module of its own, next to this
+// one) with the toolchain running the test and returns the binary's path.
 func buildOutagesim(ctx context.Context, t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "outagesim")
 	if runtime.GOOS == "windows" {
 		bin += ".exe"
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/herdguard/herdguard/cmd/outagesim")
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", bin, ".")
+	cmd.Dir = filepath.Join("..", "cmd", "outagesim")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build cmd/outagesim: %v\n%s", err, out)
 	}

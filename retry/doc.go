@@ -117,7 +117,8 @@
 // An Executor is immutable and safe for concurrent use. On the healthy path
 // (breaker closed, in-memory budgets, first attempt succeeds, no
 // AttemptTimeout) Do and the generic Do make no allocation; see
-// BenchmarkHealthyPath for a comparison with sony/gobreaker and failsafe-go.
+// BenchmarkHealthyPath in the repository's bench module (bench/) for a
+// comparison with sony/gobreaker and failsafe-go.
 //
 // Time comes from time.Now, read at every call, and randomness from
 // math/rand/v2. To test code that uses an Executor, run it in a

@@ -17,11 +17,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/internal/leakcheck"
 	"github.com/herdguard/herdguard/internal/pipenet"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -671,11 +670,11 @@ func TestNewTransportValidates(t *testing.T) {
 // TestTransportLeaksNoGoroutines runs in a synctest bubble over an
 // in-memory network, so that the 50 ms AttemptTimeout fires on the slow
 // answers only, never on a fast one a loaded machine happened to delay;
-// goleak then checks, outside the bubble, that nothing was left behind
+// leakcheck then checks, outside the bubble, that nothing was left behind
 // (the bubble itself would fail the test if a goroutine of it were left
 // blocked).
 func TestTransportLeaksNoGoroutines(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	leakcheck.Check(t)
 	synctest.Test(t, func(t *testing.T) {
 		var n atomic.Int64
 		base, stop := pipenet.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -84,3 +84,17 @@ ci_ensure_go() {
 	fi
 	command -v go >/dev/null || ci_die "go not found on PATH or in /usr/local/go/bin"
 }
+
+# ci_module_patterns prints, one per line, the package patterns of every
+# module go.work uses: ./... (the root module) and ./DIR/... for each
+# nested one. In workspace mode ./... at the root still stops at the nested
+# modules' directories, so "the whole tree" is this list. Run at the root.
+ci_module_patterns() {
+	local dirs dir
+	dirs=$(GOWORK="$PWD/go.work" go list -m -f '{{.Dir}}')
+	printf '%s\n' ./...
+	while IFS= read -r dir; do
+		dir=$(realpath --relative-to="$PWD" "$dir")
+		[[ $dir == . ]] || printf './%s/...\n' "$dir"
+	done <<<"$dirs"
+}

@@ -141,11 +141,12 @@ func TestTemplateFunctionBuildsThisCode(t *testing.T) {
 	if !equal(p["Architectures"], []any{"arm64"}) {
 		t.Errorf("Architectures %v, want [arm64]", p["Architectures"])
 	}
-	// sam build runs `make build-<LogicalId>` in CodeUri, which must hold
-	// the Makefile (the repository root, where go.mod is).
+	// sam build copies CodeUri and runs `make build-<LogicalId>` in the
+	// copy, which must hold the Makefile and every module the build needs:
+	// the repository root, since this module replaces herdguard with ../..
 	uri, _ := p["CodeUri"].(string)
 	if filepath.Clean(uri) != "." {
-		t.Errorf("CodeUri %q, want the repository root (./), where the Makefile and go.mod are", uri)
+		t.Errorf("CodeUri %q, want the repository root (./), where the Makefile and the root module are", uri)
 	}
 	mk, err := os.ReadFile(filepath.Join(repoRoot, uri, "Makefile"))
 	if err != nil {

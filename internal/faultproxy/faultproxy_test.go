@@ -19,16 +19,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
-	"go.uber.org/goleak"
 
 	"github.com/herdguard/herdguard/internal/faultproxy"
+	"github.com/herdguard/herdguard/internal/leakcheck"
 )
 
 // noLeaks checks, after every other clean-up of the test, that the test left
 // no goroutine behind.
 func noLeaks(t *testing.T) {
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	t.Helper()
+	leakcheck.Check(t)
 }
 
 // fakeDynamo answers every request with an empty JSON object, which the SDK

@@ -1,9 +1,9 @@
-package retry_test
+package bench_test
 
 // Healthy-path overhead of herdguard's Executor against sony/gobreaker and
 // failsafe-go, side by side in one run:
 //
-//	go test -run '^$' -bench BenchmarkHealthyPath -benchmem -count=5 ./retry/
+//	go test -run '^$' -bench BenchmarkHealthyPath -benchmem -count=5 ./bench/
 //
 // Each wraps an operation that succeeds at once: the cost measured is the
 // library's own, with the real clock (no fake clock anywhere).
@@ -38,20 +38,32 @@ import (
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
 
+// noBudget is Config.Budgets for the breaker-only variant.
+var noBudget = []budget.Budget{}
+
 // newBenchExecutor returns an Executor with the default (system) clock, a
 // breaker and budgets: nil for the default local ratio.
 func newBenchExecutor(b *testing.B, budgets func() []budget.Budget) *retry.Executor {
 	b.Helper()
-	cfg := retry.Config{Breaker: mustBreaker(b)}
+	br, err := breaker.New("partner", breaker.Settings{})
+	if err != nil {
+		b.Fatalf("breaker.New: %v", err)
+	}
+	cfg := retry.Config{Breaker: br}
 	if budgets != nil {
 		cfg.Budgets = budgets()
 	}
-	return mustNew(b, cfg)
+	e, err := retry.New(cfg)
+	if err != nil {
+		b.Fatalf("retry.New: %v", err)
+	}
+	return e
 }
 
 func localRatio() []budget.Budget {

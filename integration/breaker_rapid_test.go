@@ -1,11 +1,9 @@
-package breaker_test
+package integration
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"math/rand/v2"
-	"strconv"
 	"testing"
 	"time"
 
@@ -13,28 +11,6 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 )
-
-// rpCheck runs prop with checks cases of steps actions on average unless
-// -rapid.checks or -rapid.steps was given (rapid's defaults, 100 cases of
-// 30 actions, rarely take a breaker through a whole open/half-open/closed
-// cycle). rapid reads both from flags, set here for the check's duration.
-func rpCheck(t *testing.T, checks, steps int, prop func(*rapid.T)) {
-	explicit := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
-	// No fail file in the source tree: a failure prints its -rapid.seed.
-	for name, v := range map[string]string{"rapid.checks": strconv.Itoa(checks), "rapid.steps": strconv.Itoa(steps), "rapid.nofailfile": "true"} {
-		f := flag.Lookup(name)
-		if f == nil || explicit[name] {
-			continue
-		}
-		old := f.Value.String()
-		if err := f.Value.Set(v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = f.Value.Set(old) })
-	}
-	rapid.Check(t, prop)
-}
 
 // rpPermit is a permit the property test holds, with what it knew when the
 // permit was issued.
@@ -44,7 +20,8 @@ type rpPermit struct {
 	at     time.Time // when it was issued
 }
 
-// TestRapidLocalBreaker drives one in-memory breaker (no Store) with random
+// TestRapidLocalBreaker (breaker's property test, here with the module's
+// other rapid tests) drives one in-memory breaker (no Store) with random
 // settings through random sequences of calls, outcomes, clock moves and
 // operator actions, and checks after every step:
 //
@@ -58,7 +35,7 @@ type rpPermit struct {
 //   - an open breaker admits nothing before its open duration has passed
 //     (jitter included).
 func TestRapidLocalBreaker(t *testing.T) {
-	rpCheck(t, 300, 150, func(rt *rapid.T) {
+	relRapidCheck(t, 300, 150, func(rt *rapid.T) {
 		probes := rapid.IntRange(1, 3).Draw(rt, "probes")
 		lease := time.Duration(rapid.IntRange(1, 5).Draw(rt, "leaseTenths")) * 100 * time.Millisecond
 		openFor := time.Duration(rapid.IntRange(1, 5).Draw(rt, "openTenths")) * 100 * time.Millisecond
