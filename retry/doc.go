@@ -25,16 +25,18 @@
 //     minus DeadlineMargin, or a Retry-After above MaxRetryAfter, ends the
 //     call at once with the partner's error: no budget is spent and no
 //     idle time paid for;
-//  5. the breaker gate for the next attempt, before any budget is asked, so
-//     that a retry the breaker rejects is never charged to them;
+//  5. an open breaker ends the call here, before any budget is asked, so
+//     that a retry it rejects is never charged to them;
 //  6. the budgets (Config.Budgets, asked in order: the local in-memory one,
 //     then the fleet-wide one; by default a local ratio of the Executor's
-//     own). A refusal ends the
-//     call and hands the breaker's permit back as Excluded; a layer whose store failed is reported to OnStoreError
-//     and abstains or refuses, as it chooses (budget.Global refuses unless
-//     configured with FailOpen);
+//     own). A refusal ends the call; a layer whose store failed is reported
+//     to OnStoreError and abstains or refuses, as it chooses (budget.Global
+//     refuses unless configured with FailOpen);
 //  7. the wait, through Config.Clock, which returns early when the context
-//     ends; then the next attempt.
+//     ends;
+//  8. the breaker gate for the retry, after the wait (a breaker that opened
+//     meanwhile rejects it, and the grant goes back unused); then the next
+//     attempt.
 //
 // Every outcome is recorded: each budget sees RecordRequest once per call,
 // RecordSuccess for a first-attempt success, and the outcome of each retry
