@@ -19,4 +19,6 @@
 // ratio algorithm, which runs over a Store. Package local provides in-memory
 // budgets and an in-memory Store; package dynamo provides a DynamoDB Store.
 // Package budgettest is the conformance suite every Store must pass.
+// docs/ARCHITECTURE.md ("Fleet-wide retry ratio (budget.Global)") describes
+// Global's algorithm and proves its bound.
 package budget

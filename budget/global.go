@@ -17,12 +17,10 @@ import (
 )
 
 // AllowancePerRetry is the allowance one retry costs in a Store item. Global
-// keeps allowances in millionths of a retry: a request at Ratio 0.1 deposits
-// 100,000, a retry takes 1,000,000. Fractions of a retry earned by different
-// environments therefore add up in the shared item instead of being rounded
-// away in each environment (twenty environments with nine requests each earn
-// 18 retries at Ratio 0.1, not zero). An item holding allowance a can fund
-// a / AllowancePerRetry retries.
+// keeps allowances in millionths of a retry, so that fractions of a retry
+// earned in different environments add up in the shared item: a request at
+// Ratio 0.1 deposits 100,000, a retry takes 1,000,000. An item holding
+// allowance a can fund a / AllowancePerRetry retries.
 const AllowancePerRetry int64 = 1_000_000
 
 // globalLayer prefixes the Budget field of the errors a Global returns:
@@ -65,83 +63,70 @@ type GlobalConfig struct {
 
 	// Window is the length of the fixed windows the ratio is enforced over,
 	// a whole number of milliseconds from 100 ms to 24 h; zero means 10 s.
-	// Windows are aligned to the Unix epoch
-	// (window i covers [i×Window, (i+1)×Window) since 1970-01-01 UTC), so
-	// every environment computes the same store keys without talking to the
-	// others. Allowance never carries over from one window to the next;
-	// requests an environment had not reported when a window ended are
-	// deposited with its next write if that write is in the next window
-	// (see Global).
+	// Windows are aligned to the Unix epoch (window i covers
+	// [i×Window, (i+1)×Window) since 1970-01-01 UTC), so every environment
+	// computes the same store keys. Allowance never carries over from one
+	// window to the next; unreported requests are carried at most one
+	// window (see Global).
 	Window time.Duration
 
 	// Floor is the number of retries the whole fleet may make in a window
-	// however few requests it made: the role of Envoy's
-	// min_retry_concurrency. It is added to what requests earn (each window
-	// item starts at its share of the floor), where local.Ratio's
-	// MinRetries is a minimum; the bound Ratio × requests + Floor holds
-	// either way. Zero means 3; a negative value means no floor; at most
-	// 1,000,000. With several shards the floor
-	// is split evenly between them, so a shard may hold a fraction of a
-	// retry that only deposits can complete: choose Floor >= Shards if the
-	// floor must be reachable in full.
+	// however few requests it made (the role of Envoy's
+	// min_retry_concurrency). It is added to what requests earn, where
+	// local.Ratio's MinRetries is a minimum. Zero means 3; a negative value
+	// means no floor; at most 1,000,000. The floor is split evenly between
+	// the shards: choose Floor >= Shards if it must be reachable in full.
 	Floor int
 
 	// Shards is the number of store items one window of the budget is
-	// spread over, from 1 to 1000; zero means 1.
-	// A store item takes at most about 1,000 writes per second (DynamoDB's
-	// per-partition limit); see "Sharding" in Global's documentation for
-	// the number to choose.
+	// spread over, from 1 to 1000; zero means 1. A DynamoDB item takes at
+	// most about 1,000 writes per second; choose about
+	// ceil(max(environments, engaged environments ÷ DepositInterval +
+	// granted retries/s ÷ mean lease size) ÷ 500). See "Sizing shards"
+	// under "Fleet-wide retry ratio (budget.Global)" in
+	// docs/ARCHITECTURE.md.
 	Shards int
 
 	// LeaseSize is the largest number of retries one store write
-	// withdraws, from 1 to 1000; zero means 1. The
-	// first lease an environment takes in a window is one retry; each
-	// further lease in the same window doubles, up to LeaseSize, and never
-	// more than the environment last saw in the shard. Retries left in a
-	// lease are handed to later callers in this environment without a
-	// store call, until the window ends. Larger leases save writes when one
-	// environment retries often (many concurrent invocations); they also
-	// let an environment hold up to LeaseSize-1 retries that others in the
-	// fleet cannot use, which can only make the fleet grant fewer retries,
-	// never more.
+	// withdraws, from 1 to 1000; zero means 1. An environment's first
+	// lease in a window is one retry and each further one doubles, up to
+	// LeaseSize; the retries left in a lease go to later callers in this
+	// environment without a store call until the window ends. Larger
+	// leases save writes when one environment retries often (many
+	// concurrent invocations), at the price of up to LeaseSize-1 retries
+	// the rest of the fleet cannot use.
 	LeaseSize int
 
 	// DepositInterval (D) spaces the store contacts of an environment that
-	// is retrying. After every store call the environment draws its next
-	// contact at now + D × U(0.5, 1.5), with Rand: until then Flush writes
-	// nothing and AcquireRetry refuses from memory when the environment's
-	// last answer from the store says its shard cannot fund a retry. It
-	// must be positive and at most Window; zero means Window / 4 (2.5 s
-	// with the default Window).
-	// A retrying environment makes about one deposit per D, so the writes
-	// of a retrying fleet are about environments ÷ D per second, spread
-	// over the window; a shorter D reports requests sooner (less is carried
-	// into the next window, refusals are answered sooner) for more writes.
+	// is retrying: after every store call its next contact is drawn at
+	// now + D × U(0.5, 1.5), and until then Flush writes nothing and
+	// AcquireRetry refuses from memory when the store's last answer showed
+	// a dry shard. It must be positive and at most Window; zero means
+	// Window / 4 (2.5 s with the default Window). A retrying fleet writes
+	// about environments ÷ D times per second; a shorter D reports requests
+	// sooner for more writes.
 	DepositInterval time.Duration
 
-	// StoreTimeout bounds each Store call: it runs under
-	// context.WithTimeout(ctx, StoreTimeout). Zero means 50 ms; it must
-	// not be negative.
+	// StoreTimeout bounds each Store call, even one that ignores its ctx.
+	// Zero means 50 ms; it must not be negative.
 	StoreTimeout time.Duration
 
-	// FaultCooldown is how long, after a store call failed (not a refusal
-	// nor a throttle: a timeout, a malformed answer, an unreachable table),
-	// AcquireRetry and Flush answer without calling the store, as they
-	// would for a fault. It keeps a failing table from adding StoreTimeout
-	// to every retry and from being hammered while it recovers. Zero means
-	// 1 s; a negative value disables it (every call tries the store).
+	// FaultCooldown is how long, after a store call failed (a timeout, a
+	// malformed answer, an unreachable table; not a refusal nor a
+	// throttle), AcquireRetry and Flush answer as for a fault without
+	// calling the store, so that a failing table does not add StoreTimeout
+	// to every retry. Zero means 1 s; a negative value disables it.
 	FaultCooldown time.Duration
 
 	// FailOpen chooses what AcquireRetry answers when the store fails
 	// (timeout, unreachable, malformed item). False (fail closed, the
 	// default) refuses the retry with an *ExhaustedError whose Cause is the
-	// fault (matching ErrUnavailable): a slow or broken table never lifts
-	// the fleet's bound. True answers the fault itself, so that the
-	// retry.Executor lets the other layers, the local
-	// budget in each environment, decide alone; the fleet's retries are
-	// then bounded by those layers, which Lambda multiplies. Either way the
-	// fault is reported (errors.Is(err, ErrUnavailable) holds). A throttled
-	// store call (ErrThrottled) is always a refusal, whatever FailOpen says.
+	// fault: a slow or broken table never lifts the fleet's bound. True
+	// answers the fault itself, so the retry.Executor lets the local budget
+	// in each environment decide alone, and the fleet's retries are then
+	// bounded by that budget times the number of environments. Either way
+	// errors.Is(err, ErrUnavailable) holds. A throttled store call
+	// (ErrThrottled) is always a refusal, whatever FailOpen says.
 	FailOpen bool
 
 	// Rand returns a number in [0, 1) to pick the shard of a store call
@@ -205,7 +190,8 @@ type GlobalStats struct {
 	LostRequests int64
 	// SkippedRequests counts requests never deposited because they were
 	// made, before the environment engaged, in an earlier period of
-	// DepositInterval than the one before its first ask (see Global).
+	// DepositInterval than the one before its first ask (see "Engagement"
+	// in docs/ARCHITECTURE.md).
 	SkippedRequests int64
 }
 
@@ -215,159 +201,43 @@ type GlobalStats struct {
 // Budget, has a Flush for a Lambda handler (retry.Executor.Flush calls it),
 // and is safe for concurrent use.
 //
-// # Algorithm
-//
-// Time is cut into fixed windows aligned to the Unix epoch. Each window has
-// its own store items (one per shard, Key{Name, Shard, Window}), created on
-// first use holding the shard's share of Floor. Allowance is counted in
-// millionths of a retry (AllowancePerRetry).
-//
-//   - RecordRequest counts the request in memory, in the slot of its
-//     window: two compare-and-swaps, no lock, no allocation, no I/O.
-//   - An environment is engaged in window w when it asked for a global
-//     retry (AcquireRetry) in w or in w-1. Only an engaged environment
-//     writes. A fleet in which nobody retries makes no store call at all;
-//     Flush is then a no-op. When an environment engages, its first write
-//     deposits only its requests of the last D to 2 × D (RecordRequest
-//     also counts them per period of D): the requests it made while it
-//     had nothing to retry would otherwise fund a burst of retries at an
-//     outage's onset when the outage starts late in a window
-//     (SkippedRequests).
-//   - An engaged environment contacts the store on a jittered schedule:
-//     after every store call it draws its next contact at
-//     now + D × U(0.5, 1.5), D = DepositInterval. Flush (called after every
-//     Lambda invocation) makes one deposit-only write, Apply{Deposit, Take
-//     0}, when the contact is due and requests are unreported; such a write
-//     cannot be refused. So each retrying environment deposits about once
-//     per D wherever its calls fall, and the fleet's deposits are spread
-//     evenly over the window.
-//   - Every answer from the store (the allowance after the update, or as
-//     it stands after a refusal) is kept as this environment's view of the
-//     shard it wrote to. AcquireRetry first hands out a retry left in this
-//     environment's lease for the window, with no store call. Otherwise, if
-//     the view says the shard cannot fund one retry even with this
-//     environment's own unreported deposit and the next contact is not
-//     due, it refuses from memory. Otherwise it makes one store write: when
-//     the view says the shard (with the deposit) can fund a retry, or there
-//     is no view yet, the conditional Apply{Deposit, Take k} that reports
-//     the requests and takes a lease of k retries (one to the caller, k-1
-//     kept in memory for the window); else a deposit-only write, and the
-//     retry is refused. A refused Apply applies nothing and its deposit
-//     stays pending for the next contact: a refusal costs at most one
-//     write. A new window starts with the view of the previous one: an
-//     environment that last saw a dry shard waits for its next contact
-//     rather than write at the window's first instant, so window edges do
-//     not synchronise the fleet.
-//   - A refusal's RetryAfter is the time to this environment's next
-//     contact, so refused callers come back spread over the window too.
-//   - A write in window w deposits the requests recorded in w and, if the
-//     environment was engaged in w-1, those of w-1 it had not reported when
-//     w-1 ended (the carry). Requests are carried at most once, never
-//     older than one window: what is still unreported when w+1 starts is
-//     dropped.
-//   - A throttled store call (ErrThrottled) applied nothing: it is a
-//     refusal, whatever FailOpen says, the deposit stays pending, and the
-//     environment's view becomes "dry" until its next contact.
-//   - RetryNotUsed puts the grant back into the lease if its window is
-//     still the lease's window; RetrySucceeded and RetryFailed keep it
-//     used (a ratio does not refund successful retries).
-//   - RecordSuccess does nothing: the ratio is over requests, and Kind does
-//     not change the price of a retry.
-//
-// # Bound
-//
-// For every window w, the retries granted across the fleet and not given
-// back, G(w), satisfy
+// The bound: in every window w, the retries granted across the fleet and
+// not given back, G(w), satisfy
 //
 //	G(w) <= Ratio × (R(w) + C(w)) + Floor
 //
 // where R(w) is the number of requests recorded with a time in w, by all
-// environments together, and C(w) <= R(w-1) the requests of w-1 carried
-// into w. Proof: each shard item of w starts at its floor share (the
-// shares sum to Floor) and never goes negative, because the store applies
-// an update only if the result is not negative. Every deposit into w
-// carries requests recorded in w or w-1, and each request is sent in at
-// most one store call: its count is moved out of memory before the call,
-// put back only after a refusal or a throttle (which apply nothing), and
-// dropped after a failure whose fate is unknown. So the takes from w's
-// items sum to at most Floor + Ratio × (R(w) + C(w)), and a retry is
-// handed to a caller only from a take (directly or through the lease,
-// whose tokens are valid only in their window). Since each request is
-// deposited at most once, into its own window or the next, over any run of
-// consecutive windows a..b
+// environments together, and C(w) <= R(w-1) the requests of w-1 that an
+// environment had not reported when w-1 ended and carried into w (each
+// request is deposited at most once, so over consecutive windows a..b the
+// grants are at most Ratio × (R(a-1) + ... + R(b)) + Floor × (b-a+1)).
+// The bound is about Global's own grants: with FailOpen, while the store
+// fails, the other layers bound the retries. Global errs on the side of
+// fewer retries, never more. Only environments that asked for a global
+// retry in the current or the previous window report their requests, so
+// the ratio is in effect over the requests of environments that retry: in
+// an outage, all of them.
 //
-//	G(a) + ... + G(b) <= Ratio × (R(a-1) + ... + R(b)) + Floor × (b-a+1).
+// Cost: RecordRequest is two atomic compare-and-swaps, no lock, no I/O, no
+// allocation. AcquireRetry and Flush make at most one Store.Apply each, and
+// Global never reads. A fleet in which nobody retries makes no store call
+// at all; a retrying environment makes about one write per DepositInterval,
+// one per lease, and at most one per refusal (refusals between its store
+// contacts are answered from memory). Call Flush after every Lambda
+// invocation: it is a no-op on the healthy path.
 //
-// The slack C(w) is small: a request of w-1 is carried only if its
-// environment was engaged in w-1 and recorded it after the start of its
-// last store call in w-1 that was not refused (a refusal or throttle puts
-// the deposit back), which for an environment invoked at least once per D
-// is its last 1.5 × D or so of w-1. Outside the algorithm, the DynamoDB
-// client retries a write at most once, and a retry after a lost answer may
-// apply one deposit twice.
+// Store faults: every store call is bounded by StoreTimeout, even if the
+// Store ignores ctx, so AcquireRetry and Flush return within StoreTimeout
+// or ctx's deadline, whichever is first. A fault refuses the retry (an
+// *ExhaustedError whose Cause matches ErrUnavailable) or, with FailOpen,
+// abstains, and starts FaultCooldown; a throttled store call is always a
+// refusal. Requests sent in a failed call are never sent again
+// (LostRequests). Global never panics on a Store's answer, and a Store
+// that panics is a fault.
 //
-// The bound is about Global's own grants. With FailOpen, while the store
-// is failing Global abstains and the retries the other layers grant are
-// bounded by those layers (the local budget in each environment), not by
-// the fleet ratio. An item deleted by TTL and then written again by a
-// caller whose clock is more than max(Window, 1 minute) behind would start
-// again at its floor. Environments whose clocks disagree attribute requests
-// near a boundary to different windows; the bound holds per store window
-// either way.
-//
-// Global errs on the side of fewer retries: counts lost with a failed store
-// call, counts of an environment frozen before it reported them, the last
-// moments' deposits of a window nobody takes before it ends, a lease left
-// over at the end of a window, a fraction of a floor share, and a refusal
-// on one shard while another holds allowance all make the fleet grant less
-// than the bound, never more. Environments that are not engaged do not
-// report their requests (that would cost writes on the healthy path), so
-// the ratio is in effect computed over the requests of environments that
-// retry: in an outage, all of them.
-//
-// # Cost
-//
-// Healthy (no environment retrying): zero store calls; RecordRequest is
-// two atomic compare-and-swaps; Flush is a no-op.
-// Retrying: per engaged environment about one deposit-only write per D;
-// one write per lease (with LeaseSize 1, one per granted retry); at most
-// one write per refusal, none for the refusals answered from memory
-// between contacts. When an outage starts, each environment's first retry
-// makes one write (it has no view yet). Global never reads.
-//
-// # Sharding
-//
-// One item takes at most about 1,000 writes per second. The writes per
-// second to one budget are about
-//
-//	engaged environments ÷ D + granted retries/s ÷ mean lease size
-//
-// (the second term is at most Ratio × requests/s + Floor ÷ Window), and
-// during the first second of an outage up to one first write per
-// environment. With the shard chosen at random, choose
-//
-//	Shards = ceil(max(that, environments) ÷ 500)
-//
-// (half the item limit, as headroom for the uneven random spread): 1,000
-// environments at 1 call/s each with D = 2.5 s make 400 deposits/s and at
-// most 103 grants/s, but their first retries can come within one second:
-// 2 shards. Every extra shard splits the floor further and raises the
-// chance that a refusal on a dry shard comes while another holds allowance.
-//
-// # Store faults
-//
-// Every store call runs under context.WithTimeout(ctx, StoreTimeout) and
-// AcquireRetry and Flush make at most one, so they return within
-// StoreTimeout or ctx's deadline, whichever is first (given a Store that
-// honours ctx, as the contract requires). A fault is answered with an
-// *ExhaustedError wrapping an error that matches ErrUnavailable and the
-// store's (or, with FailOpen, that error alone) and starts FaultCooldown, during which AcquireRetry
-// answers the same way from memory. The deposit sent in a failed call is
-// never sent again (see LostRequests): if it was applied, resending would
-// count the requests twice; if not, they are lost, which only lowers the
-// allowance. A lease withdrawn by a call whose answer was lost is likewise
-// never handed out. Global never panics on a Store's answer, whatever the
-// error or allowance it returns.
+// See "Fleet-wide retry ratio (budget.Global)" in docs/ARCHITECTURE.md for
+// the algorithm, the proof of the bound, measured costs and how to choose
+// Shards.
 type Global struct {
 	store        Store
 	name         string

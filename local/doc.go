@@ -36,4 +36,7 @@
 // "fleet" is several Breakers or Global budgets inside one process. Both
 // reject the names budget.NewGlobal and breaker.New reject, honour ctx, and
 // count their calls (Stats).
+//
+// See "Local layers (package local)" in docs/ARCHITECTURE.md for the
+// budgets' and the stores' design.
 package local

@@ -43,8 +43,7 @@ type RatioConfig struct {
 // epoch), and the granted retry is then counted in t's slot. A retry whose
 // Release reports budget.RetryNotUsed is taken out of the count again (if
 // its slot is still in the window); a retry that ran counts whether it
-// succeeded or failed. This is the article's RatioRetryBudget, with time
-// passed in explicitly. A refusal is a *budget.ExhaustedError whose Budget
+// succeeded or failed. A refusal is a *budget.ExhaustedError whose Budget
 // is "local-ratio" and whose RetryAfter is the time until the oldest slot
 // holding retries leaves the window.
 //
@@ -53,12 +52,11 @@ type RatioConfig struct {
 // window; a request older than the window is ignored, and a retry granted
 // at such a time is counted in the newest slot.
 //
-// A Ratio is safe for concurrent use. RecordRequest takes no lock unless
-// it opens a new slot (one atomic load and one atomic add, no division),
-// RecordSuccess does nothing, and neither allocates; AcquireRetry takes a
-// short lock and does not allocate except to build the error of a refusal.
-// Every request of a slot is counted in one atomic counter, which is fine
-// up to millions of calls a second per budget.
+// A Ratio is safe for concurrent use. RecordRequest is lock-free except
+// when it opens a new slot, RecordSuccess does nothing, and neither
+// allocates; AcquireRetry takes a short lock and allocates only to build a
+// refusal's error. See "Local layers (package local)" in
+// docs/ARCHITECTURE.md.
 type Ratio struct{ r *ratio.Ratio }
 
 var _ budget.Budget = (*Ratio)(nil)
