@@ -23,8 +23,9 @@
 // Every outcome is recorded: each budget sees RecordRequest once per call,
 // RecordSuccess for a first-attempt success, and the outcome of each retry
 // it granted (succeeded, failed, or not used); the breaker sees every
-// attempt it admitted. See "One call through the Executor" in
-// docs/ARCHITECTURE.md for the loop step by step.
+// attempt it admitted, and Excluded for a permit whose attempt never ran.
+// See "One call through the Executor" in docs/ARCHITECTURE.md for the loop
+// step by step.
 //
 // # Errors
 //
