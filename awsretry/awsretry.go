@@ -53,7 +53,8 @@
 // Never give this retryer to the DynamoDB client of herdguard's own stores:
 // the budgets and the breaker must not depend on the table that serves them.
 // dynamo.NewClient always installs its own retryer, whatever the aws.Config
-// it is given says.
+// it is given says. See "Foreign retry loops and the AWS SDK" in
+// docs/ARCHITECTURE.md for how the SDK's calls map onto the Executor's.
 package awsretry
 
 import (

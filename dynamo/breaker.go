@@ -47,23 +47,17 @@ func checkStoreArgs(constructor string, api API, table string) error {
 }
 
 // BreakerStore is a breaker.Store in a DynamoDB table. It is safe for
-// concurrent use and holds no lock. Every item it writes stays under 1 KB
-// (the state item, which holds the fleet's counts, is at most about 850
-// bytes), so each write costs one write unit and each item read half a
-// read unit. Its costs, per method:
+// concurrent use and holds no lock. Every item it writes stays under 1 KB,
+// so each write costs one write unit and each item read half a read unit.
+// Its costs, per method:
 //
-//   - Load: one BatchGetItem of the state and override items, eventually
-//     consistent (one round trip, 2 × 0.5 read units).
-//   - Report: one conditional UpdateItem on the state item; two when the
-//     first was refused because the slot held another bucket than this
-//     store guessed, three when another environment started the bucket
-//     in between (see Report). No read: the answer carries no override.
-//   - Transition: one conditional UpdateItem on the state item, then one
-//     eventually consistent GetItem of the override item.
-//   - AcquireProbe: one conditional UpdateItem per slot tried: one when a
-//     slot is free at the first try, limit when all are held (none when
-//     limit is 0, which admits no probe).
-//   - SetOverride: one UpdateItem on the override item.
+//   - Load: one eventually consistent BatchGetItem of two items.
+//   - Report: one conditional UpdateItem; two after a wrong guess of the
+//     slot's form, at most three. No read.
+//   - Transition: one conditional UpdateItem, then one GetItem.
+//   - AcquireProbe: one conditional UpdateItem per slot tried: one when the
+//     first is free, limit when all are held (none when limit is 0).
+//   - SetOverride: one UpdateItem.
 type BreakerStore struct {
 	api      API
 	table    string
@@ -156,52 +150,23 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	return snap, nil
 }
 
-// Report adds r's counts to slot i = r.Bucket mod breaker.FleetSlots of
-// the state item "c#<name>" (attributes b<i>, r<i>, s<i>, f<i>, n<i>) and
-// sets watch_until when r.WatchUntil is not zero, with one conditional
-// UpdateItem in the common case. Every form is conditioned on the epoch
-// ("epoch = :e", or "(attribute_not_exists(epoch) AND
-// attribute_not_exists(state)) OR epoch = 0" for epoch 0) and on what the
-// slot holds:
+// Report adds r's counts to slot r.Bucket mod breaker.FleetSlots of the
+// state item "c#<name>" and sets watch_until when r.WatchUntil is not zero,
+// with one conditional UpdateItem in the common case and at most three. The
+// write is conditioned on the epoch: another epoch is returned with
+// breaker.ErrConflict and nothing applied. A report for a bucket older than
+// the slot's drops its counts. In the rare case that the slot moves on
+// again during the Report (clock skew of a whole rolling window), it returns
+// an error satisfying breaker.ErrStore, the counts not applied.
 //
-//	add    ADD r<i> :r, s<i> :s, f<i> :f, n<i> :n [SET watch_until = :w]
-//	       IF epoch AND b<i> = :b AND r<i>, s<i>, f<i>, n<i> are numbers
-//	reset  SET b<i> = :b, r<i> = :r, s<i> = :s, f<i> = :f, n<i> = :n [, watch_until = :w]
-//	       [, state = if_not_exists(state, "closed"), epoch = if_not_exists(epoch, 0) at epoch 0]
-//	       IF epoch AND (attribute_not_exists(b<i>) OR b<i> < :b)
-//	late   SET watch_until = :w
-//	       IF epoch AND b<i> > :b
+// The answer is the state after the write, without the override (Override
+// and OverrideUntil zero, see breaker.Store). A malformed item is reported
+// as a *MalformedItemError. A Report that
+// times out may have been applied, and the SDK's retry after a lost answer
+// may apply its counts twice (at most once more per retry).
 //
-// The first form is guessed from what the slot held in the last answer
-// this store saw for the breaker (and, for a bucket newer than that,
-// from whether other environments lately started such buckets first, as
-// they usually do in a busy fleet: see internal/slothint). A refusal carries
-// the item as it stands (ALL_OLD): if its epoch is not r.Epoch, Report
-// returns it with breaker.ErrConflict and nothing is applied; otherwise
-// it sends the form the item calls for, or, for a late report without a
-// WatchUntil (nothing to write), returns the item as it stands.
-//
-// Within an epoch a slot only moves forward (older, then the reported
-// bucket, then a newer one), so the form a refusal calls for can be
-// refused again only because the slot moved on. A Report makes at most
-// three writes: one in the common case, two when the guess was wrong, and
-// a third when, between the first two, another environment started the
-// bucket (the add guessed, refused on an older bucket; the reset, refused
-// because the bucket is there now; the add again). If the slot moved on
-// once more (two buckets FleetSlots apart racing, which takes clock skew
-// of a whole rolling window) it gives up with an error satisfying
-// breaker.ErrStore, the counts not applied.
-//
-// The answer is the state after the write (ReturnValues ALL_NEW) without
-// the override (Override and OverrideUntil zero, see breaker.Store). A
-// malformed epoch or attribute of the slot written fails the condition
-// and is not written to; one elsewhere in the item (another slot,
-// watch_until, state) is found when the answer is decoded, after the
-// write. Either way Report returns a *MalformedItemError.
-//
-// A Report that times out may have been applied; the SDK's retry after
-// a lost answer may apply its counts twice (at most once more per
-// retry).
+// See "DynamoDB item layout" in docs/ARCHITECTURE.md for the three write
+// forms, how the first is guessed, and why three writes suffice.
 func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report) (breaker.Snapshot, error) {
 	if err := validateReport(name, r); err != nil {
 		return breaker.Snapshot{}, s.fail("Report", name, err)
@@ -347,28 +312,17 @@ func epochCondition(epoch uint64) expression.ConditionBuilder {
 	return cond
 }
 
-// Transition writes next into the state item "c#<name>" with one
-// UpdateItem:
+// Transition writes next into the state item "c#<name>" if its epoch is
+// still prevEpoch (a breaker never written has epoch 0, as Load reports
+// it), emptying the fleet counts of the old epoch and keeping watch_until,
+// with one conditional UpdateItem. The override item is not touched; the
+// snapshot returned carries it, read with one GetItem after the update.
+// On a conflict the state item as it stands is returned with
+// breaker.ErrConflict.
 //
-//	SET state = :state, epoch = :next, reopens = :reopens, open_until = :ms
-//	REMOVE b0, r0, s0, f0, n0, ..., b9, r9, s9, f9, n9
-//	(and REMOVE open_until when next.OpenUntil is zero)
-//
-// which empties every slot of fleet counts (they belonged to the old
-// epoch) and keeps watch_until,
-// conditioned on "epoch = :prev", or, when prevEpoch is 0,
-// "attribute_not_exists(epoch) OR epoch = :prev": a breaker never written
-// has epoch 0, exactly as Load reports it. The override item is not
-// touched; the snapshot returned carries it, read with one eventually
-// consistent GetItem after the update. On a conflict the refusal carries
-// the state item as it stands (ReturnValuesOnConditionCheckFailure
-// ALL_OLD), which is returned with breaker.ErrConflict.
-//
-// The SDK may retry the update after an attempt whose answer was lost; the
-// retry then finds the epoch moved, to exactly next. Transition reports
-// that as the success it is, not as a conflict (an identical transition
-// decided by another environment at the same time is reported the same
-// way). An error wrapping breaker.ErrStore returned after the update was
+// An SDK retry after a lost answer, or an identical transition another
+// environment made at the same time, is reported as success, not as a
+// conflict. An error wrapping breaker.ErrStore returned after the update was
 // sent leaves it unknown whether the transition happened; Load tells.
 func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
 	_, expr, err := transitionExpression(name, prevEpoch, next)
@@ -494,20 +448,12 @@ func (s *BreakerStore) readOverride(ctx context.Context, name string) (breaker.O
 }
 
 // AcquireProbe tries the probe slot items "c#<name>#p#<slot>" for slot in
-// [0, limit), starting at a random one, each with one UpdateItem
-//
-//	SET epoch = :epoch, lease_until = :leaseUntilMs, expires = :expires
-//
-// conditioned on the slot being free:
-//
-//	attribute_not_exists(pk) OR NOT attribute_type(epoch, N) OR epoch <> :epoch
-//	OR NOT attribute_type(lease_until, N) OR lease_until < :nowMs
-//
-// (a slot item that does not hold a well-typed lease of this epoch does not
-// hold a lease at all). The first write that succeeds returns its slot; when
-// every write is refused, AcquireProbe returns breaker.ErrProbeDenied.
-// Leases compare the clocks of different environments, so a lease may end
-// early or late by their skew.
+// [0, limit), starting at a random one, each with one conditional UpdateItem
+// that takes a lease until leaseUntil if the slot holds no lease of epoch
+// that is still running at now (a malformed slot item holds no lease). The
+// first write that succeeds returns its slot; when every write is refused,
+// AcquireProbe returns breaker.ErrProbeDenied. Leases compare the clocks of
+// different environments, so a lease may end early or late by their skew.
 func (s *BreakerStore) AcquireProbe(ctx context.Context, name string, epoch uint64, limit int, now, leaseUntil time.Time) (int, error) {
 	expr, err := probeExpression(name, epoch, limit, now, leaseUntil)
 	if err != nil {
@@ -599,23 +545,15 @@ func probeExpression(name string, epoch uint64, limit int, now, leaseUntil time.
 }
 
 // SetOverride writes the override item "c#<name>#override" with one
-// UpdateItem:
+// unconditional, idempotent UpdateItem, for operator tooling. NoOverride is
+// written as "none" without an end, which reads like a missing item. An
+// override with an end gets a TTL a day past it; one without loses any end
+// and TTL an earlier override left, so that it neither lapses nor is
+// deleted. Other attributes of the item are left as they are.
 //
-//	SET override = :o, until = :untilMs, expires = :expires
-//	(SET override = :o REMOVE until, expires when until is zero)
-//
-// NoOverride is written as "none" without an end, which reads like a
-// missing item. An override with an end gets a TTL a day past it; one
-// without loses any end and TTL an earlier override left, so that it
-// neither lapses nor is deleted. Other attributes of the item, which no
-// store reads, are left as they are. The write is unconditional and
-// idempotent.
-//
-// SetOverride is for operator tooling: it uses UpdateItem rather than
-// PutItem so that the stores need no action beyond Actions, and a
-// deployment's functions should be denied writes to override items
-// altogether (SECURITY.md, template.yaml). Operators can as well write the
-// item with put-item (see the package documentation).
+// A deployment's functions should be denied writes to override items
+// (SECURITY.md, template.yaml, OverrideKeyPattern); operators can as well
+// write the item with put-item (see the package documentation).
 func (s *BreakerStore) SetOverride(ctx context.Context, name string, o breaker.Override, until time.Time) error {
 	key, expr, err := overrideExpression(name, o, until)
 	if err != nil {

@@ -39,35 +39,19 @@ func NewBudgetStore(api API, table string, o StoreOptions) (*BudgetStore, error)
 // Stats returns the store's cumulative request counts.
 func (s *BudgetStore) Stats() Stats { return s.counters.stats() }
 
-// Apply performs u on the item for k with one UpdateItem:
+// Apply performs u on the item for k with one conditional UpdateItem: the
+// allowance (Floor if the item is new) plus Deposit minus Take, applied only
+// if the result is not negative. A refusal returns the allowance as it
+// stands with budget.ErrInsufficient, at no extra read.
 //
-//	SET allowance = if_not_exists(allowance, :floor) + :delta, expires = :expires
-//
-// where delta = Deposit - Take, conditioned so that the result cannot be
-// negative. With need = Take - Deposit, the condition is
-//
-//	allowance BETWEEN :lo AND :max
-//
-// where lo = max(need, 0) and max = 2^53, preceded by
-// "attribute_not_exists(allowance) OR" when the Floor alone covers need.
-// A refusal (ConditionalCheckFailedException) carries the item as it
-// stands, so the allowance returned with budget.ErrInsufficient costs no
-// extra read.
-//
-// A malformed allowance never funds a retry, but not every one is stopped
-// by the condition. One of another type, negative or above 2^53 fails
-// it (BETWEEN holds for numbers in range only): the update is not applied,
-// and the item the refusal brings back is reported as a
-// *MalformedItemError. A fraction in range, such as 10.5, passes it, since
-// DynamoDB's condition expressions cannot test a number for being whole
-// (they have no arithmetic, no modulo, and neither size nor begins_with
-// applies to numbers): the update is applied (10.5 becomes 9.5 for a take
-// of 1, and expires is set), and only decoding the new value reports the
-// *MalformedItemError. Either way Apply grants nothing, and the item stays
-// malformed until someone repairs it or its window expires.
+// A malformed allowance never funds a retry: Apply returns a
+// *MalformedItemError, and the item stays malformed until someone repairs it
+// or its window expires. (A fraction in range, such as 10.5, passes the
+// condition, so that update is applied before the error is reported.)
 //
 // Any other error (timeout, throttling, invalid arguments) is returned with
-// context; the update may or may not have been applied.
+// context; the update may or may not have been applied. See "DynamoDB item
+// layout" in docs/ARCHITECTURE.md for the expression.
 func (s *BudgetStore) Apply(ctx context.Context, k budget.Key, u budget.Update) (int64, error) {
 	key, err := budgetKey(k)
 	if err != nil {

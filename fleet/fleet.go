@@ -33,7 +33,8 @@
 //
 // Build the Executor once per execution environment, at package level or in
 // the function's init, and keep it: every layer keeps state between
-// invocations.
+// invocations. See "Fleet-wide retry ratio" and "Circuit breaker" in
+// docs/ARCHITECTURE.md for how the layers work.
 package fleet
 
 import (

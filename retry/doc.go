@@ -6,43 +6,26 @@
 //
 // # The loop
 //
-// For each call, Executor.Do (or the generic Do, which returns a value)
-// runs:
-//
-//  1. the breaker gate (Config.Breaker.Allow): an open breaker rejects the
-//     attempt, with the time until its next probe;
-//  2. the attempt, optionally bounded by Config.AttemptTimeout;
-//  3. classification of its error (see Classifier) and the outcome for the
-//     breaker: Success for a success and for the caller's own mistakes
-//     (4xx), Failure for partner faults and timeouts, Excluded for
-//     cancellations and errors a classifier marks as not the partner's
-//     fault;
-//  4. if the error is retryable and attempts are left: the wait, which is
-//     the partner's Retry-After (if any) plus full jitter,
-//     random × min(MaxDelay, base × 2^retry), with a separate base for
-//     transient failures (50 ms) and throttling (1 s) as in the AWS SDKs'
-//     2026 retry behaviour. A wait that would pass the context's deadline
-//     minus DeadlineMargin, or a Retry-After above MaxRetryAfter, ends the
-//     call at once with the partner's error: no budget is spent and no
-//     idle time paid for;
-//  5. an open breaker ends the call here, before any budget is asked, so
-//     that a retry it rejects is never charged to them;
-//  6. the budgets (Config.Budgets, asked in order: the local in-memory one,
-//     then the fleet-wide one; by default a local ratio of the Executor's
-//     own). A refusal ends the call; a layer whose store failed is reported
-//     to OnStoreError and abstains or refuses, as it chooses (budget.Global
-//     refuses unless configured with FailOpen);
-//  7. the wait, through Config.Clock, which returns early when the context
-//     ends;
-//  8. the breaker gate for the retry, after the wait (a breaker that opened
-//     meanwhile rejects it, and the grant goes back unused); then the next
-//     attempt.
+// Executor.Do (or the generic Do, which returns a value) gates every attempt
+// through Config.Breaker, classifies each failure (see Classifier), and
+// before a retry waits the partner's Retry-After plus full jitter,
+// random × min(MaxDelay, base × 2^retry) (bases 50 ms for transient
+// failures, 1 s for throttling). A retry is made only if attempts are left,
+// the wait ends at least DeadlineMargin before the context's deadline, the
+// Retry-After is at most MaxRetryAfter, the breaker is not open, and every
+// budget of Config.Budgets grants it, asked in order (local first, then
+// fleet-wide; by default a local ratio of the Executor's own). Otherwise the
+// call ends at once: a retry that is not made spends nothing, and one an
+// open breaker rejects is never charged to the budgets. A budget whose store
+// failed is reported to OnStoreError and abstains or refuses, as it chooses
+// (budget.Global refuses unless configured with FailOpen).
 //
 // Every outcome is recorded: each budget sees RecordRequest once per call,
 // RecordSuccess for a first-attempt success, and the outcome of each retry
-// it granted (succeeded, failed, or not used when the wait cut it short);
-// the breaker sees every attempt it admitted, and Excluded for a permit
-// whose attempt never ran.
+// it granted (succeeded, failed, or not used); the breaker sees every
+// attempt it admitted, and Excluded for a permit whose attempt never ran.
+// See "One call through the Executor" in docs/ARCHITECTURE.md for the loop
+// step by step.
 //
 // # Errors
 //
@@ -89,10 +72,9 @@
 // PATCH without Idempotency-Key for Transport) is retried only when the
 // partner provably did not do the work: the request never left, or the
 // partner refused it and said when to come back (429, 503 with
-// Retry-After). After a 500, a gateway's 502 or 504, a bare 503 (what a
-// proxy such as Envoy answers when the upstream reset the connection after
-// reading the request), a 408 or a timeout, the partner or its upstream may
-// have done the work, and a retry could do it twice.
+// Retry-After). After a 408, 500, 502, 504, a bare 503 or a timeout the
+// partner or its upstream may have done the work (see "One call through the
+// Executor" in docs/ARCHITECTURE.md for why).
 //
 // # HTTP
 //
