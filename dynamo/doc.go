@@ -52,8 +52,9 @@
 //	BreakerStore.AcquireProbe  1 write per slot tried (limit when all are held)
 //	BreakerStore.SetOverride   1 write
 //
-// On the healthy path a Breaker loads once per CacheTTL per environment and
-// writes nothing, and a Global writes nothing. Stats counts the requests.
+// On the healthy path a Breaker loads once per 15 × CacheTTL per environment
+// (once per CacheTTL while the fleet watches) and writes nothing, and a
+// Global writes nothing. Stats counts the requests.
 //
 // # Retries and duplicates
 //
@@ -68,7 +69,8 @@
 // # Operator override
 //
 // Writing the override item forces a breaker in every environment within
-// about one CacheTTL (1 s by default). For the breaker "payments" in the
+// 15 × CacheTTL (15 s by default; within CacheTTL while the fleet watches).
+// For the breaker "payments" in the
 // table "herdguard" (a stack deployed from template.yaml has a generated
 // table name: take it from the stack's TableName output), with an
 // operator's credentials (the function's role may not write override items):
