@@ -118,16 +118,14 @@ type Settings struct {
 	// change, and may call the breaker's methods.
 	OnStateChange func(StateChange)
 
-	// Adaptive replaces the hard stop by adaptive throttling, fleet-wide:
+	// Adaptive replaces the hard stop by fleet-wide adaptive throttling:
 	// the breaker never trips to Open on the failure ratio (overrides still
-	// apply). Where the hard stop would trip, the fleet starts admitting
-	// only a share of its calls, 1.15 times the share the partner accepts
-	// by the fleet's sampled counts (the Google SRE book's client-side
-	// throttling), at least 2%, and retries none while it throttles; it
-	// doubles the share, or admits every call, as soon as the admitted
-	// calls succeed. Rejections are *OpenError values with Throttled set
-	// (errors.Is(err, ErrOpen)). It needs a Store: see "Adaptive
-	// throttling" in the package documentation.
+	// apply); where the hard stop would trip, the fleet admits only a share
+	// of its calls and no retry. Rejections are *OpenError values with
+	// Throttled set (errors.Is(err, ErrOpen)). false (the default) is the
+	// hard stop. It needs a Store, and every environment that names the
+	// breaker must agree on it: see "Adaptive throttling" in the package
+	// documentation.
 	Adaptive bool
 
 	// Store, if not nil, shares the breaker's state with every process
@@ -137,14 +135,12 @@ type Settings struct {
 
 	// CacheTTL is how long the fleet state read from the Store is trusted
 	// while the fleet is counting failures, open or half-open (1 s if 0);
-	// while it is closed and quiet (no failure
-	// anywhere for two Windows), 15 times as long. A breaker calls
-	// Store.Load at most once per such period (with Adaptive, every
-	// CacheTTL / 4 while the fleet counts), plus once when a failure
-	// finds the fleet quiet, plus once before each move of the fleet it may
-	// make while the fleet is open or half-open (typically once, when an
-	// open period ends). Those moves are spread over CacheTTL across the
-	// fleet.
+	// while it is closed and quiet (no failure anywhere for two Windows),
+	// 15 times as long. A breaker calls Store.Load at most once per such
+	// period (with Adaptive, every CacheTTL / 4 while the fleet counts),
+	// plus once when a failure finds the fleet quiet and once before each
+	// move of the fleet it may make (typically once, when an open period
+	// ends; the fleet spreads those over CacheTTL).
 	CacheTTL time.Duration
 
 	// StoreTimeout bounds every Store call (50 ms if 0). Each
@@ -155,12 +151,9 @@ type Settings struct {
 	// OnStoreError, if not nil, is called (without the breaker's lock held)
 	// with every Store fault, op being "load", "report", "transition" or
 	// "acquire-probe". err satisfies errors.Is(err, ErrStore). The breaker
-	// then runs on its local state machine until a Load succeeds again
-	// (and, if it opened meanwhile and the fleet is closed, until its own
-	// probe succeeds), except after a fault of the move to half-open or of
-	// AcquireProbe while it knows the fleet is open: then it stays on the
-	// fleet state, rejecting, and tries again later. See the package
-	// documentation.
+	// then runs on its local state machine until a Load succeeds again,
+	// except after a fault of the move to half-open or of AcquireProbe:
+	// see "When the Store fails" in the package documentation.
 	OnStoreError func(op string, err error)
 
 	// reportInterval is the shortest time between two reports of this
