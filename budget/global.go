@@ -146,8 +146,9 @@ type GlobalStats struct {
 	// Returned counts grants given back with RetryNotUsed.
 	Returned int64
 	// Refused counts AcquireRetry calls that refused: from memory
-	// (CachedRefusals), after a store call (RefusalWrites), throttled, or,
-	// when failing closed, because the store failed.
+	// (CachedRefusals), after a store call (RefusalWrites), throttled,
+	// because the caller's context had ended, or, when failing closed,
+	// because the store failed.
 	Refused int64
 	// CachedRefusals counts refusals answered from memory, without a store
 	// call: the environment's last answer from the store said its shard
@@ -162,7 +163,7 @@ type GlobalStats struct {
 	// requests stay pending: a throttled call applied nothing.
 	Throttled int64
 	// Unavailable counts AcquireRetry calls the store could not decide: a
-	// fault, the fault cooldown, or ctx done before the call. Failing
+	// fault or the fault cooldown (not the caller's context ending). Failing
 	// closed (the default) they were also refused (and count in Refused);
 	// with FailOpen they were answered with an ErrUnavailable error.
 	Unavailable int64
@@ -516,6 +517,9 @@ func (p pending) n() int64 { return p.cur + p.carry }
 // store call is a refusal whose Cause matches ErrUnavailable and wraps the
 // store's error. A store fault is an *ExhaustedError whose Cause matches
 // ErrUnavailable and wraps the fault, or with FailOpen that Cause alone.
+// A ctx that ends before or during the store call is not a store fault:
+// the refusal's Cause is ctx.Err(), whatever FailOpen says, and no
+// cooldown starts.
 func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Release, error) {
 	w := g.windowIndex(now)
 
@@ -542,10 +546,16 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 		g.mu.Unlock()
 		return nil, g.refusal(after, nil)
 	}
-	if err := g.blockedLocked(ctx, now); err != nil {
+	if err := ctx.Err(); err != nil {
+		// The caller gave up: no store call, and not a store fault.
+		g.stats.Refused++
+		g.mu.Unlock()
+		return nil, g.refusal(0, err)
+	}
+	if g.coolingLocked(now) {
 		g.stats.Unavailable++
 		g.mu.Unlock()
-		return nil, g.faultError(now, err)
+		return nil, g.faultError(now, errCoolingDown)
 	}
 	take := int64(0)
 	if fund {
@@ -582,6 +592,12 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 		return nil, g.refusal(g.nextContact.Sub(now), &unavailableError{budget: g.label, err: err})
 	case errors.Is(err, ErrInsufficient):
 		g.unappliedLocked(w, p, allowance, err)
+	case ctx.Err() != nil:
+		// The caller's context ended during the call: its requests are
+		// lost as after any fault, but the store is not to blame.
+		g.faultLocked(ctx, now, p)
+		g.stats.Refused++
+		return nil, g.refusal(0, ctx.Err())
 	default:
 		g.faultLocked(ctx, now, p)
 		g.stats.Unavailable++
@@ -611,7 +627,8 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 // the environment were frozen until the window ended. It returns an error
 // matching ErrUnavailable if the call fails (the requests are then lost, never
 // sent again), is throttled (they stay pending), or is skipped during the
-// fault cooldown (they stay pending).
+// fault cooldown (they stay pending), and ctx.Err() if ctx ended before the
+// call (they stay pending) or during it (they are lost).
 func (g *Global) Flush(ctx context.Context, now time.Time) error {
 	w := g.windowIndex(now)
 	g.mu.Lock()
@@ -624,9 +641,13 @@ func (g *Global) Flush(ctx context.Context, now time.Time) error {
 		g.mu.Unlock()
 		return nil
 	}
-	if err := g.blockedLocked(ctx, now); err != nil {
+	if err := ctx.Err(); err != nil {
 		g.mu.Unlock()
-		return &unavailableError{budget: g.label, err: err}
+		return err // the requests stay for the next contact
+	}
+	if g.coolingLocked(now) {
+		g.mu.Unlock()
+		return &unavailableError{budget: g.label, err: errCoolingDown}
 	}
 	g.sendLocked(p)
 	shard := g.pickShardLocked()
@@ -649,6 +670,9 @@ func (g *Global) Flush(ctx context.Context, now time.Time) error {
 		g.unappliedLocked(w, p, allowance, err)
 	default:
 		g.faultLocked(ctx, now, p)
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
 	}
 	return &unavailableError{budget: g.label, err: err}
 }
@@ -878,14 +902,9 @@ func (g *Global) faultLocked(ctx context.Context, now time.Time, p pending) {
 	}
 }
 
-// blockedLocked returns why a store call must not be made now, if it must
-// not.
-func (g *Global) blockedLocked(ctx context.Context, now time.Time) error {
-	if now.Before(g.faultUntil) {
-		return errCoolingDown
-	}
-	return ctx.Err()
-}
+// coolingLocked reports whether a recent fault's cooldown forbids a store
+// call at now.
+func (g *Global) coolingLocked(now time.Time) bool { return now.Before(g.faultUntil) }
 
 // leaseSizeLocked is the size of the next lease in window w: 1, then
 // doubling with every lease taken in the window, up to LeaseSize.

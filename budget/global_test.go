@@ -577,9 +577,19 @@ func TestGlobalFlush(t *testing.T) {
 		t.Fatalf("Flush with nothing unreported: %v", err)
 	}
 
+	// A Flush whose context is already done makes no call and is not a
+	// store fault: it returns ctx's error, starts no cooldown, and the
+	// requests stay for the next contact (the failing Flush below sends
+	// them).
+	record(g, t0.Add(5*time.Second), 10)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := g.Flush(done, t0.Add(5*time.Second)); !errors.Is(err, context.Canceled) || errors.Is(err, budget.ErrUnavailable) || s.NumCalls() != 2 {
+		t.Fatalf("Flush with a done ctx: %v (%d store calls), want context.Canceled and no call", err, s.NumCalls())
+	}
+
 	// A failed Flush loses the requests it sent and starts the cooldown,
 	// which skips the next due contact (the requests stay pending).
-	record(g, t0.Add(5*time.Second), 10)
 	s.setFault(func(budget.Key, budget.Update) faultMode { return failBefore })
 	err := flush(5*time.Second, 3)
 	if !errors.Is(err, budget.ErrUnavailable) {
@@ -685,24 +695,35 @@ func TestGlobalCutsAHangingStore(t *testing.T) {
 			}
 		}
 
-		// A caller deadline shorter than StoreTimeout wins.
-		h := &hangingStore{}
-		g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: time.Hour})
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		dl, _ := ctx.Deadline()
-		if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, budget.ErrUnavailable) {
-			t.Fatalf("%v", err)
-		}
-		if _, _, deadline, _ := h.calls(); !deadline.Equal(dl) {
-			t.Fatalf("store deadline %v, want the caller's %v", deadline, dl)
-		}
-		// The caller's own deadline is not a store fault: no cooldown, and a
-		// done context makes no call at all.
-		if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("done ctx: %v", err)
-		} else if n, _, _, _ := h.calls(); n != 1 {
-			t.Fatalf("done ctx: %d calls", n)
+		// A caller deadline shorter than StoreTimeout wins, and the caller's
+		// own deadline is not a store fault (whatever FailOpen says): a
+		// refusal whose Cause is the deadline, no ErrUnavailable, no
+		// cooldown; the requests sent are lost as after any fault.
+		for _, failOpen := range []bool{false, true} {
+			h := &hangingStore{}
+			g := newGlobal(t, h, budget.GlobalConfig{StoreTimeout: time.Hour, FailOpen: failOpen})
+			for range 10 {
+				g.RecordRequest(t0)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			dl, _ := ctx.Deadline()
+			_, err := g.AcquireRetry(ctx, t0, budget.Transient)
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, budget.ErrExhausted) || errors.Is(err, budget.ErrUnavailable) {
+				t.Fatalf("FailOpen %v: deadline during the call: %v, want a refusal for the deadline, not ErrUnavailable", failOpen, err)
+			}
+			if _, _, deadline, _ := h.calls(); !deadline.Equal(dl) {
+				t.Fatalf("store deadline %v, want the caller's %v", deadline, dl)
+			}
+			// A done context makes no call at all.
+			if _, err := g.AcquireRetry(ctx, t0, budget.Transient); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, budget.ErrUnavailable) {
+				t.Fatalf("FailOpen %v: done ctx: %v", failOpen, err)
+			} else if n, _, _, _ := h.calls(); n != 1 {
+				t.Fatalf("FailOpen %v: done ctx: %d calls", failOpen, n)
+			}
+			if st := g.Stats(); st.Unavailable != 0 || st.Refused != 2 || st.LostRequests != 10 {
+				t.Errorf("FailOpen %v: stats %+v, want 2 refusals, none unavailable, 10 requests lost", failOpen, st)
+			}
 		}
 	})
 }

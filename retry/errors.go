@@ -24,8 +24,9 @@ const (
 	// RetryAfterTooLong: the partner's Retry-After exceeded
 	// Config.MaxRetryAfter.
 	RetryAfterTooLong
-	// ContextDone: the context ended while waiting, or before the first
-	// attempt. Cause is ctx.Err().
+	// ContextDone: the context ended while waiting, before the first
+	// attempt, or while a budget asked its store for the retry. Cause is
+	// ctx.Err().
 	ContextDone
 	// BudgetExhausted: a retry budget refused the retry. Cause is the
 	// budget's *budget.ExhaustedError.

@@ -161,6 +161,11 @@ func (e *Executor) settle(ctx context.Context, now time.Time, permit *breaker.Pe
 func (e *Executor) grant(ctx context.Context, now time.Time, ev RetryEvent) (budget.Release, error) {
 	rel, err := layers.Acquire(ctx, now, ev.Kind, e.budgets, e.storeErr)
 	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			// The caller's context ended while a layer asked its store:
+			// the call is over, whatever the budget would have said.
+			return nil, e.giveUp(ctx, ev.Attempt, ContextDone, ev.Err, cerr)
+		}
 		return nil, e.exhausted(ctx, ev.Attempt, ev.Err, err, ev.Delay)
 	}
 	if e.onRetry != nil {

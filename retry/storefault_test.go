@@ -73,3 +73,48 @@ type fixedClock struct{ t time.Time }
 func (c fixedClock) Now() time.Time { return c.t }
 
 func (c fixedClock) Sleep(ctx context.Context, d time.Duration) error { return ctx.Err() }
+
+// A caller whose context ends while the fleet-wide budget asks its store
+// has not seen a store fault: the call ends with Reason ContextDone (not a
+// budget refusal), OnStoreError hears nothing, and the partner's error is
+// still reachable, whether the layer fails open or closed.
+func TestContextEndingDuringABudgetStoreCall(t *testing.T) {
+	for _, failOpen := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		store := memstore.NewBudgetStore(memstore.Options{
+			Fault: func(sctx context.Context, _ string) error {
+				cancel() // the caller gives up while the store call is in flight
+				<-sctx.Done()
+				return sctx.Err()
+			},
+		})
+		global, err := budget.NewGlobal(store, "partner", budget.GlobalConfig{FailOpen: failOpen, StoreTimeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reported []error
+		e, err := retry.New(retry.Config{
+			MaxAttempts:  2,
+			Idempotent:   true,
+			Budgets:      []budget.Budget{global},
+			Clock:        fixedClock{time.Unix(1_700_000_000, 0)},
+			Rand:         func() float64 { return 0 },
+			OnStoreError: func(layer int, err error) { reported = append(reported, err) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		partner := &retry.StatusError{StatusCode: http.StatusServiceUnavailable}
+		calls := 0
+		err = e.Do(ctx, func(context.Context, int) error { calls++; return partner })
+		var gu *retry.GiveUpError
+		if !errors.As(err, &gu) || gu.Reason != retry.ContextDone || !errors.Is(err, context.Canceled) ||
+			errors.Is(err, budget.ErrExhausted) || errors.Is(err, budget.ErrUnavailable) || !errors.Is(err, partner) {
+			t.Fatalf("FailOpen %v: %v, want a ContextDone give-up carrying the partner's error and no budget refusal", failOpen, err)
+		}
+		if calls != 1 || len(reported) != 0 {
+			t.Fatalf("FailOpen %v: %d calls, OnStoreError saw %v; want 1 call and no report", failOpen, calls, reported)
+		}
+		cancel()
+	}
+}
