@@ -35,17 +35,7 @@ func TestStoreFaultIsReportedFailOpenAndClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 		var reported []error
-		e, err := retry.New(retry.Config{
-			MaxAttempts:  2,
-			Idempotent:   true,
-			Budgets:      []budget.Budget{bucket, global},
-			Clock:        fixedClock{now},
-			Rand:         func() float64 { return 0 },
-			OnStoreError: func(layer int, err error) { reported = append(reported, err) },
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := twoAttemptExecutor(t, now, &reported, bucket, global)
 		partner := &retry.StatusError{StatusCode: http.StatusServiceUnavailable}
 		calls := 0
 		err = e.Do(context.Background(), func(context.Context, int) error { calls++; return partner })
@@ -93,17 +83,7 @@ func TestContextEndingDuringABudgetStoreCall(t *testing.T) {
 			t.Fatal(err)
 		}
 		var reported []error
-		e, err := retry.New(retry.Config{
-			MaxAttempts:  2,
-			Idempotent:   true,
-			Budgets:      []budget.Budget{global},
-			Clock:        fixedClock{time.Unix(1_700_000_000, 0)},
-			Rand:         func() float64 { return 0 },
-			OnStoreError: func(layer int, err error) { reported = append(reported, err) },
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := twoAttemptExecutor(t, time.Unix(1_700_000_000, 0), &reported, global)
 		partner := &retry.StatusError{StatusCode: http.StatusServiceUnavailable}
 		calls := 0
 		err = e.Do(ctx, func(context.Context, int) error { calls++; return partner })
@@ -117,4 +97,22 @@ func TestContextEndingDuringABudgetStoreCall(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// twoAttemptExecutor is an Executor of two attempts over budgets, at a time
+// that stands still, whose OnStoreError appends to reported.
+func twoAttemptExecutor(t *testing.T, now time.Time, reported *[]error, budgets ...budget.Budget) *retry.Executor {
+	t.Helper()
+	e, err := retry.New(retry.Config{
+		MaxAttempts:  2,
+		Idempotent:   true,
+		Budgets:      budgets,
+		Clock:        fixedClock{now},
+		Rand:         func() float64 { return 0 },
+		OnStoreError: func(layer int, err error) { *reported = append(*reported, err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
