@@ -238,11 +238,13 @@ func (b *Breaker) runTransition(ctx context.Context, now time.Time, j job) error
 		b.armBusy = false
 	}
 	var fault error
+	// A transition's answer carries no override (the Store contract):
+	// keep the one last read.
+	res.Override, res.OverrideUntil = b.snap.Override, b.snap.OverrideUntil
 	switch {
 	case err == nil:
 		if validSnapshot(res) != nil || res.Epoch != j.next.Epoch || res.State != j.next.State {
-			// The store wrote but answered oddly: keep what was written,
-			// and the override as known.
+			// The store wrote but answered oddly: keep what was written.
 			res = j.next
 			res.Override, res.OverrideUntil = b.snap.Override, b.snap.OverrideUntil
 			res.WatchUntil = b.snap.WatchUntil

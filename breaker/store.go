@@ -54,7 +54,12 @@ type Store interface {
 	// counts, keeps WatchUntil, and leaves the override alone. On
 	// success it returns the stored snapshot; when the epoch has moved it
 	// returns the current snapshot and an error satisfying
-	// errors.Is(err, ErrConflict).
+	// errors.Is(err, ErrConflict). Like Report's, Transition's answer
+	// carries no override (Override and OverrideUntil are zero): the state
+	// and the override are separate items, and reading the override after
+	// the write would cost a read and a second way to fail after the
+	// transition was stored. The Breaker keeps the override it last
+	// loaded.
 	Transition(ctx context.Context, name string, prevEpoch uint64, next Snapshot) (Snapshot, error)
 
 	// AcquireProbe takes one of limit half-open probe slots for epoch, as a

@@ -23,8 +23,6 @@ type API interface {
 	// BatchGetItem reads a breaker's state and override items in one
 	// request (BreakerStore.Load).
 	BatchGetItem(ctx context.Context, params *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
-	// GetItem reads a breaker's override item after a transition.
-	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	// UpdateItem performs every write: the conditional read-modify-writes
 	// and BreakerStore.SetOverride.
 	UpdateItem(ctx context.Context, params *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)

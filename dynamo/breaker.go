@@ -54,7 +54,7 @@ func checkStoreArgs(constructor string, api API, table string) error {
 //   - Load: one eventually consistent BatchGetItem of two items.
 //   - Report: one conditional UpdateItem; two after a wrong guess of the
 //     slot's form, at most three. No read.
-//   - Transition: one conditional UpdateItem, then one GetItem.
+//   - Transition: one conditional UpdateItem.
 //   - AcquireProbe: one conditional UpdateItem per slot tried: one when the
 //     first is free, limit when all are held (none when limit is 0).
 //   - SetOverride: one UpdateItem.
@@ -315,9 +315,9 @@ func epochCondition(epoch uint64) expression.ConditionBuilder {
 // Transition writes next into the state item "c#<name>" if its epoch is
 // still prevEpoch (a breaker never written has epoch 0, as Load reports
 // it), emptying the fleet counts of the old epoch and keeping watch_until,
-// with one conditional UpdateItem. The override item is not touched; the
-// snapshot returned carries it, read with one GetItem after the update.
-// On a conflict the state item as it stands is returned with
+// with one conditional UpdateItem. The override item is neither touched nor
+// read: the snapshot returned carries no override (the breaker.Store
+// contract). On a conflict the state item as it stands is returned with
 // breaker.ErrConflict.
 //
 // An SDK retry after a lost answer, or an identical transition another
@@ -351,9 +351,6 @@ func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch ui
 		default:
 			conflict = fmt.Errorf("herdguard: dynamo: breaker %q: epoch is %d, not %d: %w", name, snap.Epoch, prevEpoch, breaker.ErrConflict)
 		}
-	}
-	if snap.Override, snap.OverrideUntil, err = s.readOverride(ctx, name); err != nil {
-		return breaker.Snapshot{}, s.fail("Transition", name, err)
 	}
 	return snap, conflict
 }
@@ -420,31 +417,6 @@ func transitionExpression(name string, prevEpoch uint64, next breaker.Snapshot) 
 		return "", none, fmt.Errorf("building the update expression: %w", err)
 	}
 	return layout.StateKey(name), expr, nil
-}
-
-// readOverride reads the override item with an eventually consistent
-// GetItem.
-func (s *BreakerStore) readOverride(ctx context.Context, name string) (breaker.Override, time.Time, error) {
-	key := layout.OverrideKey(name)
-	if err := ctx.Err(); err != nil {
-		return breaker.NoOverride, time.Time{}, err
-	}
-	done := s.counters.instrument(s.cfg.OnRequest, opRead, "GetItem", key)
-	out, err := answer(s.api.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:              aws.String(s.table),
-		Key:                    keyAttr(key),
-		ConsistentRead:         aws.Bool(false),
-		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
-	}))
-	err = markThrottled(err)
-	if err == nil {
-		s.counters.consumed(opRead, out.ConsumedCapacity)
-	}
-	done(err)
-	if err != nil {
-		return breaker.NoOverride, time.Time{}, fmt.Errorf("GetItem: %w", err)
-	}
-	return decodeOverride(key, out.Item)
 }
 
 // AcquireProbe tries the probe slot items "c#<name>#p#<slot>" for slot in

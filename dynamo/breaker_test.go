@@ -392,34 +392,30 @@ func sameSnapshot(a, b breaker.Snapshot) bool {
 
 func TestBreakerTransition(t *testing.T) {
 	override := attrs{"pk": sAV("c#p#override"), "override": sAV("force-closed")}
-	t.Run("success reads the override", func(t *testing.T) {
+	t.Run("success is one UpdateItem", func(t *testing.T) {
 		var upd *dynamodb.UpdateItemInput
-		var get *dynamodb.GetItemInput
 		f := &fakeAPI{
 			updateItem: func(i *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
 				upd = i
 				return &dynamodb.UpdateItemOutput{Attributes: attrs{"pk": sAV("c#p"), "state": sAV("open"), "epoch": nAV("3"), "reopens": nAV("1")}}, nil
 			},
-			getItem: func(i *dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) {
-				get = i
+			// The override item is not read: an answer here would be wrong.
+			getItem: func(*dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) {
 				return &dynamodb.GetItemOutput{Item: override}, nil
 			},
 		}
 		s := newFakeBreakerStore(t, f, nil)
 		snap, err := s.Transition(t.Context(), "p", 2, breaker.Snapshot{State: breaker.Open, Epoch: 3, Reopens: 1})
-		if err != nil || snap != (breaker.Snapshot{State: breaker.Open, Epoch: 3, Reopens: 1, Override: breaker.ForcedClosed}) {
-			t.Fatalf("Transition = %+v, %v", snap, err)
+		if err != nil || snap != (breaker.Snapshot{State: breaker.Open, Epoch: 3, Reopens: 1}) {
+			t.Fatalf("Transition = %+v, %v; want the state written and no override", snap, err)
 		}
 		if upd.ReturnValues != types.ReturnValueAllNew || upd.ReturnValuesOnConditionCheckFailure != types.ReturnValuesOnConditionCheckFailureAllOld {
 			t.Errorf("ReturnValues %s / %s", upd.ReturnValues, upd.ReturnValuesOnConditionCheckFailure)
 		}
-		if pk := get.Key["pk"].(*types.AttributeValueMemberS).Value; pk != "c#p#override" || aws.ToBool(get.ConsistentRead) {
-			t.Errorf("GetItem %s consistent %v, want the override, eventually consistent", pk, aws.ToBool(get.ConsistentRead))
+		if got := f.calls(); len(got) != 1 || got[0].op != "UpdateItem" {
+			t.Errorf("requests %+v, want one UpdateItem", got)
 		}
-		if got := f.calls(); len(got) != 2 || got[0].op != "UpdateItem" || got[1].op != "GetItem" {
-			t.Errorf("requests %+v, want UpdateItem then GetItem", got)
-		}
-		if st := s.Stats(); st != (Stats{Reads: 1, Writes: 1}) {
+		if st := s.Stats(); st != (Stats{Writes: 1}) {
 			t.Errorf("Stats = %+v", st)
 		}
 	})
@@ -430,8 +426,8 @@ func TestBreakerTransition(t *testing.T) {
 		item attrs
 		want breaker.Snapshot
 	}{
-		{"conflict with the stored state", 2, attrs{"pk": sAV("c#p"), "state": sAV("half-open"), "epoch": nAV("5")}, breaker.Snapshot{State: breaker.HalfOpen, Epoch: 5, Override: breaker.ForcedClosed}},
-		{"conflict with a missing item", 2, nil, breaker.Snapshot{Override: breaker.ForcedClosed}},
+		{"conflict with the stored state", 2, attrs{"pk": sAV("c#p"), "state": sAV("half-open"), "epoch": nAV("5")}, breaker.Snapshot{State: breaker.HalfOpen, Epoch: 5}},
+		{"conflict with a missing item", 2, nil, breaker.Snapshot{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := &fakeAPI{
@@ -445,7 +441,7 @@ func TestBreakerTransition(t *testing.T) {
 			if !errors.Is(err, breaker.ErrConflict) || errors.Is(err, breaker.ErrStore) || snap != c.want {
 				t.Fatalf("Transition = %+v, %v; want %+v and ErrConflict only", snap, err, c.want)
 			}
-			if st := s.Stats(); st != (Stats{Reads: 1, Writes: 1, ConditionalFailures: 1}) {
+			if st := s.Stats(); st != (Stats{Writes: 1, ConditionalFailures: 1}) {
 				t.Errorf("Stats = %+v", st)
 			}
 		})
@@ -481,43 +477,32 @@ func TestBreakerTransition(t *testing.T) {
 	})
 
 	for _, c := range []struct {
-		name    string
-		update  func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error)
-		get     func(*dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error)
-		cause   any
-		wantGet bool
+		name   string
+		update func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error)
+		cause  any
 	}{
-		{"throttled", func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) { return nil, throttled() }, nil,
-			new(*types.ProvisionedThroughputExceededException), false},
+		{"throttled", func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) { return nil, throttled() },
+			new(*types.ProvisionedThroughputExceededException)},
 		{"refusal carrying a malformed epoch", func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
 			return nil, ccf(attrs{"state": sAV("open"), "epoch": sAV("2")})
-		}, nil, new(*MalformedItemError), false},
+		}, new(*MalformedItemError)},
 		{"refusal although the epoch matches", func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
 			return nil, ccf(attrs{"state": sAV("open"), "epoch": nAV("2")})
-		}, nil, new(*types.ConditionalCheckFailedException), false},
+		}, new(*types.ConditionalCheckFailedException)},
 		{"answer malformed", func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
 			return &dynamodb.UpdateItemOutput{Attributes: attrs{"state": sAV("open")}}, nil
-		}, nil, new(*MalformedItemError), false},
-		{"override read fails", func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
-			return &dynamodb.UpdateItemOutput{Attributes: attrs{"state": sAV("open"), "epoch": nAV("3")}}, nil
-		}, func(*dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) { return nil, throttled() },
-			new(*types.ProvisionedThroughputExceededException), true},
-		{"override malformed", func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
-			return &dynamodb.UpdateItemOutput{Attributes: attrs{"state": sAV("open"), "epoch": nAV("3")}}, nil
-		}, func(*dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) {
-			return &dynamodb.GetItemOutput{Item: attrs{"override": nAV("1")}}, nil
-		}, new(*MalformedItemError), true},
+		}, new(*MalformedItemError)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f := &fakeAPI{updateItem: c.update, getItem: c.get}
+			f := &fakeAPI{updateItem: c.update}
 			s := newFakeBreakerStore(t, f, nil)
 			snap, err := s.Transition(t.Context(), "p", 2, breaker.Snapshot{State: breaker.Open, Epoch: 3})
 			wantStoreError(t, "Transition", err, c.cause)
 			if snap != (breaker.Snapshot{}) {
 				t.Errorf("Transition returned %+v with its error", snap)
 			}
-			if got := len(f.calls()); got != map[bool]int{false: 1, true: 2}[c.wantGet] {
-				t.Errorf("%d requests, want %d", got, map[bool]int{false: 1, true: 2}[c.wantGet])
+			if got := len(f.calls()); got != 1 {
+				t.Errorf("%d requests, want 1", got)
 			}
 		})
 	}
@@ -710,10 +695,4 @@ func TestNilAnswersDoNotPanic(t *testing.T) {
 	if _, err := b.Apply(t.Context(), testKey, take(1)); !errors.Is(err, errNoOutput) {
 		t.Errorf("Apply = %v, want errNoOutput", err)
 	}
-	// A transition whose override read answers nothing.
-	f.updateItem = func(*dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
-		return &dynamodb.UpdateItemOutput{Attributes: attrs{"state": sAV("open"), "epoch": nAV("1")}}, nil
-	}
-	_, err = s.Transition(t.Context(), "p", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1})
-	wantStoreError(t, "Transition", err, errNoOutput)
 }

@@ -48,7 +48,7 @@
 //	BudgetStore.Apply          1 write
 //	BreakerStore.Load          1 BatchGetItem of 2 items (1 read unit)
 //	BreakerStore.Report        1 write; 2 after a wrong guess of its slot, at most 3
-//	BreakerStore.Transition    1 write + 1 GetItem (½ read unit)
+//	BreakerStore.Transition    1 write
 //	BreakerStore.AcquireProbe  1 write per slot tried (limit when all are held)
 //	BreakerStore.SetOverride   1 write
 //

@@ -13,7 +13,6 @@ func ExampleActions() {
 	fmt.Println(strings.Join(dynamo.Actions(), "\n"))
 	// Output:
 	// dynamodb:BatchGetItem
-	// dynamodb:GetItem
 	// dynamodb:UpdateItem
 }
 

@@ -258,8 +258,8 @@ func TestCapacityProxyThrottlesHalfABatch(t *testing.T) {
 	if _, err := cs.Transition(ctx, "half", 0, breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: start.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	// The Transition read the override item (0.5 units). Heat the state
-	// item alone: ten strongly consistent reads, one unit each.
+	// Heat the state item alone (the Transition wrote it and read
+	// nothing): ten strongly consistent reads, one unit each.
 	for i := range 10 {
 		_, err := api.GetItem(ctx, &dynamodb.GetItemInput{
 			TableName:      aws.String(table),

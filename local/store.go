@@ -80,7 +80,8 @@ func (s *BreakerStore) Report(ctx context.Context, name string, r breaker.Report
 // Transition implements breaker.Store: it compares prevEpoch with the
 // stored epoch and, if they match, stores next's State, Epoch, OpenUntil and
 // Reopens (next's override fields are ignored). next.Epoch must be
-// prevEpoch+1, next.State a known State and next.Reopens not negative.
+// prevEpoch+1, next.State a known State and next.Reopens not negative. The
+// answer carries no override.
 func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
 	return s.s.Transition(ctx, name, prevEpoch, next)
 }

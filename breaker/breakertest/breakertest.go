@@ -352,19 +352,28 @@ func (s *suite) transitionLeavesOverrideAlone(t *testing.T) {
 	mustLoad(t, st, name, breaker.Snapshot{Override: breaker.ForcedOpen, OverrideUntil: until})
 
 	// The override is not part of the compare-and-swap: a transition
-	// keeps it, and returns it in the stored snapshot.
+	// keeps it, and its answer carries none (the override is a separate
+	// item, not read by a transition).
 	next := breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: t0.Add(time.Minute), Reopens: 1}
+	mustTransition(t, st, name, 0, next, next)
 	want := next
 	want.Override, want.OverrideUntil = breaker.ForcedOpen, until
-	mustTransition(t, st, name, 0, next, want)
 	mustLoad(t, st, name, want)
 
 	// The override fields of next are ignored.
 	next2 := breaker.Snapshot{State: breaker.HalfOpen, Epoch: 2, OpenUntil: t0.Add(time.Minute), Reopens: 1, Override: breaker.Disabled}
-	want2 := next2
+	stored2 := next2
+	stored2.Override = breaker.NoOverride
+	mustTransition(t, st, name, 1, next2, stored2)
+	want2 := stored2
 	want2.Override, want2.OverrideUntil = breaker.ForcedOpen, until
-	mustTransition(t, st, name, 1, next2, want2)
 	mustLoad(t, st, name, want2)
+
+	// A conflict's answer carries no override either.
+	got, err := transition(t, st, name, 0, next)
+	if !errors.Is(err, breaker.ErrConflict) || got.Epoch != 2 || got.Override != breaker.NoOverride || !got.OverrideUntil.IsZero() {
+		t.Fatalf("a stale Transition = %s, %v; want epoch 2, no override, and ErrConflict", format(got), err)
+	}
 
 	// Writing the override leaves the state and epoch alone.
 	setOverride(t, st, name, breaker.ForcedClosed, time.Time{})
@@ -512,9 +521,7 @@ func (s *suite) reportAnswersNoOverride(t *testing.T) {
 	mustLoad(t, st, name, withOverride)
 
 	open := breaker.Snapshot{State: breaker.Open, Epoch: 1, OpenUntil: base().Add(30 * time.Second)}
-	wantOpen := open
-	wantOpen.Override, wantOpen.OverrideUntil = breaker.ForcedClosed, until
-	mustTransition(t, st, name, 0, open, wantOpen)
+	mustTransition(t, st, name, 0, open, open) // nor does a Transition's
 	// A refusal answers the state as it stands, without the override.
 	mustReportConflict(t, st, name, breaker.Report{Epoch: 0, Bucket: n, Requests: 1, Successes: 1, Samples: 1}, open)
 }

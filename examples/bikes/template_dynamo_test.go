@@ -374,7 +374,7 @@ func TestTemplateDynamoCheckCatchesDrift(t *testing.T) {
 		{"deny pattern too wide", denyAll, strings.Replace(denyAll, "c#*#override", "c#*", 1), "the only Deny allowed"},
 		{"deny on the index", denyRes, deny + "              Resource: !Sub \"${Table.Arn}/index/*\"\n", "Deny of writes to override items is on"},
 		{"deny unconditional", denyAll, denyRes, "the only Deny allowed"},
-		{"deny of reads", deny, deny + item + "dynamodb:GetItem\n", "also covers dynamodb:GetItem"},
+		{"deny of reads", deny, deny + item + "dynamodb:BatchGetItem\n", "also covers dynamodb:BatchGetItem"},
 		{"deny of every item action", deny, deny + item + "dynamodb:*Item\n", "also covers dynamodb:BatchGetItem"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -279,13 +279,11 @@ func (e *breakerEntry) reported(r breaker.Report, f slothint.Form) (next *breake
 // Transition implements breaker.Store: it compares prevEpoch with the
 // stored epoch and, if they match, stores next's State, Epoch, OpenUntil and
 // Reopens (next's override fields are ignored). next.Epoch must be
-// prevEpoch+1, next.State a known State and next.Reopens not negative.
+// prevEpoch+1, next.State a known State and next.Reopens not negative. The
+// answer carries no override.
 //
-// It is billed as one conditional write of the state item and one read of
-// the override item, as the DynamoDB store makes them. A throttled write
-// applies nothing; a throttled read after a write that went through fails
-// Transition although the new state is stored (as with DynamoDB, an error
-// leaves it unknown whether the transition happened).
+// It is billed as one conditional write of the state item, as the DynamoDB
+// store makes it. A throttled write applies nothing.
 func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch uint64, next breaker.Snapshot) (breaker.Snapshot, error) {
 	s.writes.Add(1)
 	switch {
@@ -328,12 +326,7 @@ func (s *BreakerStore) Transition(ctx context.Context, name string, prevEpoch ui
 		}
 		*e = *t
 	}
-	if metered {
-		if err := s.opts.read(layout.OverrideKey(name), now, e.overrideSize(name)); err != nil {
-			return breaker.Snapshot{}, storeError(OpTransition, name, err)
-		}
-	}
-	snap := e.snapshot()
+	snap := e.stateSnapshot()
 	s.hints.For(name).Learn(&snap.Buckets)
 	return snap, conflict
 }

@@ -37,8 +37,7 @@
 //     ReturnValues ALL_NEW does not change the price. The item stays under
 //     1 KB, so each write is one unit.
 //   - BreakerStore.Transition: one conditional UpdateItem of the state item
-//     (which empties its slots), then one eventually consistent GetItem of
-//     the override item, also after a conflict.
+//     (which empties its slots).
 //   - BreakerStore.AcquireProbe: one conditional UpdateItem per slot item
 //     "c#<name>#p#<slot>" tried (pk, epoch, lease_until, expires). This store
 //     tries slots from 0 up (dynamo starts at a random slot), so it makes as
