@@ -95,8 +95,7 @@ func runOutage(t *testing.T, shape outageShape, s fleetsim.Strategy, p fleetsim.
 
 // adaptiveLoadBound is what TestAdaptiveThrottlingInAnOutage holds the
 // load in the major outage to: NOT issue 13's 0.40, which adaptive
-// throttling meets in every busy run and in most Lambda-shaped ones but
-// not in all (busy 0.37–0.39, Lambda 0.39–0.42 measured, seeds 1–5; see
+// throttling meets in some runs but not in all (0.38–0.42 measured; see
 // docs/ARCHITECTURE.md, "Adaptive throttling", for where the rest goes).
 // The test reports every run against 0.40 and fails on a regression past
 // this bound.
