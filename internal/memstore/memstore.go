@@ -49,9 +49,7 @@
 // operation with an error satisfying errors.Is(err, budget.ErrThrottled) and
 // errors.Is(err, capacity.ErrThrottled), and for the breaker store also
 // errors.Is(err, breaker.ErrStore), as the dynamo stores answer DynamoDB's
-// ProvisionedThroughputExceededException. A Transition whose update went
-// through and whose override read is throttled has been applied, as with
-// DynamoDB. A write that would make an item larger than
+// ProvisionedThroughputExceededException. A write that would make an item larger than
 // capacity.MaxItemBytes fails with capacity.ErrItemTooLarge (DynamoDB's
 // ValidationException) and applies nothing.
 //
