@@ -6,37 +6,56 @@ import (
 )
 
 // Adaptive throttling (Settings.Adaptive): fleet-wide client-side
-// throttling over the fleet's sampled counts. See "Adaptive throttling" in
-// the package documentation and docs/ARCHITECTURE.md for the control law
-// and why it settles instead of oscillating. These are fixed by the design.
+// throttling over the fleet's counts, in probe and base buckets. See
+// "Adaptive throttling" in the package documentation and
+// docs/ARCHITECTURE.md for the control law and why it settles instead of
+// oscillating. These are fixed by the design.
 const (
-	// adaptiveHeadroom is K in the Google SRE book's client-side
-	// throttling: while the partner turns calls away, the fleet admits K
-	// times the calls it accepts. At the fixed point the admitted calls
-	// then fail 1 − 1/K = 13% of the time, clearly apart from the
-	// adaptiveHealthy share that says the partner has room again, and the
-	// partner sees 15% more attempts than it serves: the price of finding
-	// out, without a probe, that it serves more.
-	adaptiveHeadroom = 1.15
+	// adaptiveBaseHeadroom is K in base buckets (even bucket numbers):
+	// while the partner turns calls away, the fleet admits K times the
+	// share of calls it serves, as estimated from the buckets in which it
+	// turned calls away.
+	adaptiveBaseHeadroom = 1.0
+	// adaptiveProbeHeadroom is K in probe buckets (odd bucket numbers):
+	// enough above the estimate that the partner, still at the capacity
+	// it had, turns some of the admitted calls away (15% of them), so
+	// that a probe bucket whose admitted calls all succeed says it has
+	// more, and a probe bucket it turned calls away in says exactly what
+	// it serves (a partner at capacity serves its capacity whatever is
+	// admitted above it). Over a probe and a base bucket the fleet sends
+	// the partner about 1.09 times what it serves.
+	adaptiveProbeHeadroom = 1.175
+	// adaptiveStartHeadroom is K while no settled bucket gives an
+	// estimate yet (the first seconds of throttling), over the whole window's
+	// counts: the seconds in which every call went read low, since
+	// retries, which the counts do not see, took part of the partner's
+	// capacity then.
+	adaptiveStartHeadroom = 1.3
+	// adaptiveProbeSamples is the number of sampled outcomes the
+	// estimate, and a bucket that says the partner recovered, need.
+	adaptiveProbeSamples = 50
+	// adaptiveEstimateBuckets is how many buckets in which the partner
+	// turned calls away, the latest in the rolling window, the estimate
+	// reads.
+	adaptiveEstimateBuckets = 5
+	// adaptiveSettledBuckets: a bucket counts for the estimate or a
+	// verdict when it and the adaptiveSettledBuckets − 1 before it were
+	// throttled: it was throttled from its start (the bucket in which
+	// throttling starts, fed by first-window reports, looks throttled
+	// but reads low).
+	adaptiveSettledBuckets = 3
+	// adaptiveVerdictLookback is how far back, in buckets, the latest
+	// bucket that can say the partner recovered is looked for.
+	adaptiveVerdictLookback = 4
 	// adaptiveMinAdmit is the share of calls admitted however badly the
 	// partner fails: the calls that see it heal.
 	adaptiveMinAdmit = 0.02
-	// adaptiveHealthy: while the fleet throttles, admitted calls of which
-	// at most this share fail (over the latest adaptiveHealthySamples
-	// sampled outcomes) say the partner has room for more than is
-	// admitted; the fleet then doubles the share it admits, and admits
-	// every call at once if none failed or the share is half of them or
-	// more.
+	// adaptiveHealthy: a bucket in which the fleet admitted at least
+	// 1 − adaptiveHealthy of the calls was not throttled; over the
+	// window, such a share means the fleet is not throttling, and it
+	// starts only on the start test. Failures in at most this share of
+	// an unthrottled bucket's outcomes do not keep the fleet throttling.
 	adaptiveHealthy = 0.05
-	// adaptiveHealthySamples is the number of sampled outcomes the latest
-	// counts must hold before they can say the partner has room: at the
-	// fixed point (13% of admitted calls failing) 100 outcomes with at
-	// most 5% failures happen 0.7% of the time, none failing about one
-	// time in a million.
-	adaptiveHealthySamples = 100
-	// adaptiveLatestBuckets is how far back the latest counts go, from
-	// now's bucket, to hold adaptiveHealthySamples outcomes.
-	adaptiveLatestBuckets = 3
 	// adaptiveReadsPerTTL: while the fleet watches, an adaptive breaker
 	// reads the fleet state every CacheTTL / adaptiveReadsPerTTL, so that
 	// the share it admits follows the fleet's counts within a quarter of
@@ -47,7 +66,16 @@ const (
 	// fleet's estimated failure ratio must be for the fleet to start
 	// throttling.
 	adaptiveStartZ = 2.0
+	// adaptiveCensusCalls: an adaptive environment making at least
+	// adaptiveCensusCalls × k calls per report interval, with the
+	// sampling factor at k, counts every call (see sampleLocked).
+	adaptiveCensusCalls = 3
 )
+
+// probeBucket reports whether the fleet probes in bucket n: odd buckets
+// probe, even ones are base buckets. Every environment knows the phase
+// from the bucket number.
+func probeBucket(n int64) bool { return n%2 != 0 }
 
 // admitShareLocked returns the share of calls the fleet admits at now, by
 // the counts in the snapshot held.
@@ -55,9 +83,9 @@ const (
 // Over the rolling window (the FleetSlots buckets ending with now's), R
 // is the calls that asked to go (admitted or not), A and F the admitted
 // calls' successes and failures, and prev = (A + F) / R the share the
-// fleet admitted then. The latest counts are those of the newest buckets,
-// from now's back, that together hold adaptiveHealthySamples outcomes
-// (at most adaptiveLatestBuckets buckets).
+// fleet admitted then. A bucket was throttled when the fleet admitted
+// less than 1 − adaptiveHealthy of its calls, and is settled when it and
+// the adaptiveSettledBuckets − 1 buckets before it were throttled.
 //
 //   - No failure in the window: every call goes.
 //   - The fleet admitted every call (prev ≥ 1 − adaptiveHealthy): it
@@ -65,55 +93,127 @@ const (
 //     standard errors above FailureRatio over at least MinRequests samples
 //     (fleetAboveLocked), so that a partial outage is left to the retry
 //     budgets; otherwise every call goes.
-//   - The fleet throttles, and the latest admitted calls fail at most
-//     adaptiveHealthy of the time: the partner has room for more than is
-//     admitted, and the share doubles (from the share admitted in the
-//     latest counts); every call goes if none of them failed, or if the
-//     share admitted was half of them or more.
-//   - Otherwise it admits K × A / R (the Google SRE book's client-side
-//     throttling: K times what the partner accepts), at most 2 × prev, at
-//     least adaptiveMinAdmit.
+//   - The estimate is A / R over the latest adaptiveEstimateBuckets
+//     complete settled buckets in which the partner turned calls away: it
+//     served what it could, so A / R there is its capacity as a share of
+//     the calls (a probe bucket, above the estimate, is one such bucket
+//     when nothing changed). Settled buckets newer than those whose
+//     admitted calls all succeeded raise it to their A / R, a lower
+//     bound; without any of either, the fleet admits
+//     adaptiveStartHeadroom × A / R of the window.
+//   - The partner has recovered when the latest complete bucket that can
+//     say so (one not throttled, or a settled probe bucket newer than a
+//     bucket the estimate reads, so that it probed above a measured
+//     capacity), holding adaptiveProbeSamples sampled outcomes, saw no
+//     failure (at most adaptiveHealthy of its outcomes if it was not
+//     throttled), and no bucket after it, now's included, saw any (more
+//     than adaptiveHealthy after an unthrottled one): every call goes.
+//     If a later bucket saw failures (a probe below the partner's
+//     capacity, since the estimate trailed, or whose few failures the
+//     sample missed, made the fleet admit every call, and the partner
+//     turned calls away at once), the estimate is raised to the probe's
+//     accepted share instead.
+//   - Otherwise the fleet admits adaptiveProbeHeadroom × the estimate in
+//     probe buckets and adaptiveBaseHeadroom × it in base buckets, at
+//     most 2 × prev, at least adaptiveMinAdmit.
 func (b *Breaker) admitShareLocked(now time.Time) float64 {
 	cur := b.bucketOf(now)
 	var win Bucket
-	var recent [adaptiveLatestBuckets]Bucket // recent[i]: bucket cur − i
+	var at [FleetSlots]Bucket // at[i]: bucket cur − i
+	var throttled [FleetSlots]bool
 	for _, bk := range b.snap.Buckets {
 		if bk.Num <= cur-FleetSlots || bk.Num > cur {
 			continue
 		}
 		win.add(bk)
-		if i := cur - bk.Num; i < adaptiveLatestBuckets {
-			recent[i] = bk
-		}
+		i := cur - bk.Num
+		at[i] = bk
+		throttled[i] = bk.Requests > 0 && float64(bk.Successes+bk.Failures) < (1-adaptiveHealthy)*float64(bk.Requests)
 	}
 	if win.Failures == 0 || win.Requests == 0 {
 		return 1
 	}
 	prev := math.Min(1, float64(win.Successes+win.Failures)/float64(win.Requests))
-	if prev >= 1-adaptiveHealthy {
-		if !b.fleetAboveLocked(now, adaptiveStartZ) {
-			return 1
+	if prev >= 1-adaptiveHealthy && !b.fleetAboveLocked(now, adaptiveStartZ) {
+		return 1
+	}
+	settled := func(i int64) bool {
+		if i+adaptiveSettledBuckets > FleetSlots {
+			return false
 		}
-	} else {
-		var latest Bucket
-		for _, bk := range recent {
-			if latest.Samples >= adaptiveHealthySamples {
-				break
+		for j := i; j < i+adaptiveSettledBuckets; j++ {
+			if !throttled[j] {
+				return false
 			}
-			latest.add(bk)
 		}
-		if latest.Samples >= adaptiveHealthySamples && latest.Requests > 0 &&
-			float64(latest.Failures) <= adaptiveHealthy*float64(latest.Successes+latest.Failures) {
-			admitted := float64(latest.Successes+latest.Failures) / float64(latest.Requests)
-			if admitted >= 0.5 || latest.Failures == 0 {
-				return 1
+		return true
+	}
+	// The estimate reads the latest adaptiveEstimateBuckets settled
+	// buckets in which the partner turned calls away: it served what it
+	// could, so their accepted share is what it serves. A settled bucket
+	// whose admitted calls all succeeded, newer than those, says only
+	// that it serves at least its accepted share.
+	var est Bucket
+	measured := int64(0) // the oldest bucket the estimate reads
+	lower := 0.0
+	for i, n := int64(1), 0; i < FleetSlots && n < adaptiveEstimateBuckets; i++ {
+		switch {
+		case !settled(i) || at[i].Requests == 0:
+		case at[i].Failures == 0:
+			if n == 0 && at[i].Samples >= adaptiveProbeSamples {
+				lower = math.Max(lower, float64(at[i].Successes)/float64(at[i].Requests))
 			}
-			return math.Max(adaptiveMinAdmit, 2*admitted)
+		default:
+			est.add(at[i])
+			measured = i
+			n++
 		}
 	}
-	share := adaptiveHeadroom * float64(win.Successes) / float64(win.Requests)
-	share = math.Min(share, 2*prev)
+	var estimate float64
+	switch {
+	case est.Samples >= adaptiveProbeSamples:
+		estimate = math.Max(lower, float64(est.Successes)/float64(est.Requests))
+	case lower > 0:
+		estimate, measured = lower, 0
+	default:
+		share := adaptiveStartHeadroom * float64(win.Successes) / float64(win.Requests)
+		return math.Min(1, math.Max(adaptiveMinAdmit, math.Min(share, 2*prev)))
+	}
+	later := at[0] // the buckets after the one looked at
+	for i := int64(1); i <= adaptiveVerdictLookback; i++ {
+		bk := at[i]
+		if bk.Samples >= adaptiveProbeSamples && (!throttled[i] || (probeBucket(cur-i) && settled(i) && i < measured)) {
+			if !throttled[i] {
+				// Every call went then: the fleet stays there unless
+				// more than adaptiveHealthy of the calls fail.
+				if failingShare(bk) <= adaptiveHealthy && failingShare(later) <= adaptiveHealthy {
+					return 1
+				}
+			} else if bk.Failures == 0 {
+				if later.Failures == 0 {
+					return 1
+				}
+				estimate = math.Max(estimate, float64(bk.Successes)/float64(bk.Requests))
+			}
+			break
+		}
+		later.add(bk)
+	}
+	k := adaptiveBaseHeadroom
+	if probeBucket(cur) {
+		k = adaptiveProbeHeadroom
+	}
+	share := math.Min(k*estimate, 2*prev)
 	return math.Min(1, math.Max(adaptiveMinAdmit, share))
+}
+
+// failingShare returns the share of b's outcomes that failed (0 without
+// any).
+func failingShare(b Bucket) float64 {
+	if b.Failures == 0 {
+		return 0
+	}
+	return float64(b.Failures) / float64(b.Successes+b.Failures)
 }
 
 // add adds c's counts to b's (Num aside).

@@ -53,42 +53,55 @@ func admitted(t *testing.T, now time.Time, retry bool, counts ...[3]int64) float
 
 // TestAdaptiveLaw checks the share the fleet admits for given fleet
 // counts: it starts only where the failure ratio is clearly above
-// FailureRatio, admits 1.15 times what the partner accepts, doubles the
-// share (or admits everything) when the latest admitted calls succeed,
-// rejects retries while throttling, and stays within its bounds.
+// FailureRatio, admits 1.3 times the accepted share until probe and base
+// buckets give an estimate, then the estimate in base buckets (even) and
+// 1.175 times it in probe buckets (odd), admits every call when a probe
+// above a measured estimate saw no failure and nothing failed since,
+// raises the estimate when something did, rejects retries while
+// throttling, and stays within its bounds.
 func TestAdaptiveLaw(t *testing.T) {
-	now := adaptiveAt.Add(500 * time.Millisecond)
+	saturated := [3]int64{1000, 300, 45} // the partner served 30% of the calls, turning 45 admitted ones away
+	measured := func(first ...[3]int64) [][3]int64 {
+		return append(first, saturated, saturated, saturated, saturated, saturated)
+	}
 	for _, c := range []struct {
 		name   string
+		probe  bool // now in a probe bucket (odd) rather than a base one
 		retry  bool
-		counts [][3]int64
+		counts [][3]int64 // now's bucket first
 		want   float64
 	}{
-		{"no failure in the window", false, [][3]int64{{1000, 1000, 0}, {1000, 1000, 0}}, 1},
-		{"every call admitted, 45% failing: left to the budgets", false,
+		{"no failure in the window", false, false, [][3]int64{{1000, 1000, 0}, {1000, 1000, 0}}, 1},
+		{"every call admitted, 45% failing: left to the budgets", false, false,
 			[][3]int64{{1000, 550, 450}, {1000, 550, 450}, {1000, 550, 450}}, 1},
-		{"every call admitted, 52% failing over 400 samples: under 2 standard errors above 50%", false,
+		{"every call admitted, 52% failing over 400 samples: under 2 standard errors above 50%", false, false,
 			[][3]int64{{200, 96, 104}, {200, 96, 104}}, 1},
-		{"every call admitted, 70% failing: 1.15 × 30% accepted", false,
-			[][3]int64{{300, 90, 210}, {300, 90, 210}}, 1.15 * 0.3},
-		{"throttling, admitted calls failing 13%: 1.15 × accepted", false,
-			[][3]int64{{1000, 300, 45}, {1000, 300, 45}, {1000, 300, 45}}, 1.15 * 0.3},
-		{"throttling, 4% of the latest 120 outcomes fail: the share admitted doubles", false,
-			[][3]int64{{200, 58, 2}, {200, 57, 3}, {1000, 300, 45}, {1000, 300, 45}}, 2 * 0.3},
-		{"throttling, the latest 150 outcomes all succeed: every call", false,
-			[][3]int64{{250, 75, 0}, {250, 75, 0}, {1000, 300, 45}}, 1},
-		{"throttling, half of the latest calls admitted, 2% failing: every call", false,
-			[][3]int64{{240, 118, 2}, {1000, 300, 45}}, 1},
-		{"throttling, 50 outcomes all successes: not enough to say", false,
-			[][3]int64{{100, 30, 0}, {100, 20, 0}, {1000, 300, 45}, {1000, 300, 45}}, 1.15 * 650.0 / 2200},
-		{"throttling, nothing accepted: the floor", false,
-			[][3]int64{{1000, 0, 100}, {1000, 0, 100}}, 0.02},
-		{"at most twice the share admitted", false,
-			[][3]int64{{1000, 100, 100}, {1000, 100, 100}}, math.Min(1.15*0.1, 2*0.2)},
-		{"throttling rejects every retry", true,
-			[][3]int64{{1000, 300, 45}, {1000, 300, 45}}, 1.15 * 0.3},
+		{"every call admitted, 70% failing: 1.3 × 30% accepted until there is an estimate", false, false,
+			[][3]int64{{300, 90, 210}, {300, 90, 210}}, 1.3 * 0.3},
+		{"base bucket: the partner's accepted share in settled buckets that turned calls away", false, false,
+			measured(saturated), 0.3},
+		{"probe bucket: 1.175 × that", true, false, measured(saturated), 1.175 * 0.3},
+		{"a probe above the estimate saw no failure, nor has anything since: every call", false, false,
+			measured([3]int64{100, 30, 0}, [3]int64{1000, 350, 0}), 1},
+		{"a probe saw no failure but calls fail since: the estimate rises to its accepted share", false, false,
+			measured([3]int64{300, 150, 100}, [3]int64{1000, 350, 0}), 0.35},
+		{"a probe with fewer than 50 outcomes says nothing", false, false,
+			measured([3]int64{100, 30, 0}, [3]int64{1000, 40, 0}), 0.3},
+		{"a probe that saw no failure without a measured estimate before it (throttling just began): a lower bound", false, false,
+			[][3]int64{{100, 30, 0}, {1000, 350, 0}, {1000, 300, 0}, {1000, 300, 0}, {300, 90, 210}}, 0.35},
+		{"every call went in the latest bucket, 3% failing: every call", false, false,
+			measured([3]int64{1000, 980, 20}, [3]int64{1000, 970, 30}), 1},
+		{"every call went in the latest bucket, 20% failing: the estimate", false, false,
+			measured([3]int64{1000, 800, 200}, [3]int64{1000, 800, 200}), 0.3},
+		{"throttling, nothing accepted: the floor", false, false,
+			[][3]int64{{1000, 0, 100}, {1000, 0, 100}, {1000, 0, 100}, {1000, 0, 100}, {1000, 0, 100}}, 0.02},
+		{"throttling rejects every retry", true, true, measured(saturated), 1.175 * 0.3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			now := adaptiveAt.Add(500 * time.Millisecond)
+			if c.probe {
+				now = now.Add(time.Second)
+			}
 			got := admitted(t, now, c.retry, c.counts...)
 			if math.Abs(got-c.want) > 1e-9 {
 				t.Errorf("admits %.4f, want %.4f", got, c.want)
@@ -194,5 +207,114 @@ func TestAdaptiveFirstWindow(t *testing.T) {
 	}
 	if store.reports.Load() != 1 || got.Samples != 2 || got.Successes != 4 || got.Failures != 4 || got.Requests != 8 {
 		t.Errorf("%d reports, fleet counts %+v; want one report of the first window's 2 samples (weight 4)", store.reports.Load(), got)
+	}
+}
+
+// adaptiveFleetRate is a fleet state read at `at` (a bucket boundary) that
+// is watching, with 1,000 calls a second and no failure in the eight
+// buckets before: the sampling factor is 4.
+func adaptiveFleetRate(at time.Time) breaker.Snapshot {
+	var bs [breaker.FleetSlots]breaker.Bucket
+	for i := int64(1); i <= 8; i++ {
+		n := at.Unix() - i
+		bs[n%breaker.FleetSlots] = breaker.Bucket{Num: n, Requests: 1000, Successes: 1000, Samples: 250}
+	}
+	return breaker.Snapshot{WatchUntil: at.Add(20 * time.Second), Buckets: bs}
+}
+
+// fleetTotals adds up the counts of every bucket in the store's state.
+func fleetTotals(s breaker.Snapshot, from int64) breaker.Bucket {
+	var got breaker.Bucket
+	for _, bk := range s.Buckets {
+		if bk.Num >= from {
+			got.Requests += bk.Requests
+			got.Successes += bk.Successes
+			got.Failures += bk.Failures
+			got.Samples += bk.Samples
+		}
+	}
+	return got
+}
+
+// TestAdaptiveBusyEnvironmentCountsEveryCall: an adaptive environment
+// that makes many calls per report interval (50 a second, with the
+// sampling factor at 4) counts every call at weight 1, since it reports
+// once a second whatever it counts; the draw of one call in 4 still
+// decides which calls are samples (the standard error and MinRequests go
+// by those, as with sampling). One that calls once a second samples one
+// call in 4, each standing for 4.
+func TestAdaptiveBusyEnvironmentCountsEveryCall(t *testing.T) {
+	at := adaptiveAt
+	t.Run("busy", func(t *testing.T) {
+		store := newFakeStore()
+		store.states["partner"] = adaptiveFleetRate(at)
+		// Rand 0.5: sampling starts half a bucket after the first call,
+		// and no call wins the draw of one in 4 (0.5 × 4 ≥ 1).
+		b := newBreaker(t, breaker.Settings{Store: store, Adaptive: true, StoreTimeout: 10 * time.Second, Rand: func() float64 { return 0.5 }})
+		for i := range 200 { // 50 a second for 4 s
+			now := at.Add(time.Duration(i) * 20 * time.Millisecond)
+			if !call(t, b, now, breaker.Success) {
+				t.Fatalf("call at %v rejected", now.Sub(at))
+			}
+			flushAt(t, b, now)
+		}
+		for s := 5; s < 8; s++ {
+			flushAt(t, b, at.Add(time.Duration(s)*time.Second))
+		}
+		// The calls of the first bucket are sampled (this environment's
+		// rate is not known yet) and none wins the draw; from the second
+		// on (150 calls), every call counts, once.
+		got := fleetTotals(store.state("partner"), at.Unix())
+		if got.Requests != 150 || got.Successes != 150 || got.Samples != 0 {
+			t.Errorf("fleet counts %+v, want the 150 calls from the second bucket on at weight 1, none a sample", got)
+		}
+		if n := store.reports.Load(); n > 6 {
+			t.Errorf("%d reports over 4 s of calls, want at most one a second", n)
+		}
+	})
+	t.Run("one call a second", func(t *testing.T) {
+		store := newFakeStore()
+		store.states["partner"] = adaptiveFleetRate(at)
+		b := newBreaker(t, breaker.Settings{Store: store, Adaptive: true, StoreTimeout: 10 * time.Second, Rand: func() float64 { return 0 }})
+		for s := range 3 {
+			now := at.Add(time.Duration(s) * time.Second)
+			call(t, b, now, breaker.Success)
+			flushAt(t, b, now)
+		}
+		flushAt(t, b, at.Add(4*time.Second))
+		got := fleetTotals(store.state("partner"), at.Unix())
+		if got.Samples != 3 || got.Successes != 4*got.Samples || got.Requests != got.Successes {
+			t.Errorf("fleet counts %+v, want samples standing for 4 calls each", got)
+		}
+	})
+}
+
+// TestAdaptiveCountsACallInTheBucketItWentIn: a sampled call admitted at
+// the end of one bucket that fails in the next counts in the bucket it was
+// admitted in: the partner turned it away then, and a probe bucket must
+// not show a failure of the bucket before it.
+func TestAdaptiveCountsACallInTheBucketItWentIn(t *testing.T) {
+	at := adaptiveAt
+	store := newFakeStore()
+	store.states["partner"] = adaptiveFleetRate(at)
+	b := newBreaker(t, breaker.Settings{Store: store, Adaptive: true, StoreTimeout: 10 * time.Second, Rand: func() float64 { return 0 }})
+	if !call(t, b, at, breaker.Success) {
+		t.Fatal("first call rejected")
+	}
+	p, err := b.Allow(ctx, at.Add(990*time.Millisecond))
+	if err != nil {
+		t.Fatalf("Allow: %v", err)
+	}
+	b.Done(ctx, at.Add(1050*time.Millisecond), p, breaker.Failure)
+	for _, s := range []time.Duration{1100 * time.Millisecond, 2200 * time.Millisecond, 3300 * time.Millisecond} {
+		flushAt(t, b, at.Add(s))
+	}
+	st := store.state("partner")
+	first, next := st.Buckets[at.Unix()%breaker.FleetSlots], st.Buckets[(at.Unix()+1)%breaker.FleetSlots]
+	if first.Num != at.Unix() || first.Failures != 4 || first.Successes != 4 || first.Requests != 8 {
+		t.Errorf("bucket of the calls %+v, want both calls (weight 4), the failure included", first)
+	}
+	if next.Num == at.Unix()+1 && next.Failures != 0 {
+		t.Errorf("bucket after %+v: holds the failure of a call admitted before it", next)
 	}
 }

@@ -22,6 +22,9 @@ type Permit struct {
 	slot   int32     // local probe slot, for probes
 	weight int32     // shared mode: the calls this sampled call stands for; 0 = not sampled
 	kind   permitKind
+	// counted: a call adaptive throttling counts without drawing it as a
+	// sample (every call of a busy environment; see sampleLocked).
+	counted bool
 }
 
 type permitKind uint8
@@ -142,6 +145,10 @@ type Breaker struct {
 	// lastFailure is when this environment last saw a call fail while
 	// it followed the fleet (see drawSampleFromLocked).
 	lastFailure time.Time
+	// askBucket is the fleet bucket of now's first attempts asking to go
+	// while this environment samples, askCur their number so far, askPrev
+	// that of the bucket before (see countsEveryCallLocked).
+	askBucket, askCur, askPrev int64
 }
 
 // fleetSchedule is, for one open or half-open fleet epoch, when this
@@ -637,16 +644,19 @@ func later(a, b time.Time) time.Time {
 // counts (a first attempt only: a retry exists because an attempt failed,
 // see internal/attempt), and adaptive throttling may reject it.
 func (b *Breaker) admitLocked(now time.Time, retry bool) decision {
-	var w int32
+	var (
+		w      int32
+		sample bool
+	)
 	if !retry {
-		w = b.sampleLocked(now)
+		w, sample = b.sampleLocked(now)
 	}
 	if err := b.throttleLocked(now, retry); err != nil {
 		b.countRequestLocked(now, w)
 		return decision{err: err}
 	}
 	b.win.addRequest(now.UnixNano())
-	return decision{permit: Permit{gen: b.gen, start: now, weight: w}}
+	return decision{permit: Permit{gen: b.gen, start: now, weight: w, counted: w > 0 && !sample}}
 }
 
 // freeProbeLocked returns a free local probe slot, or -1 and the time

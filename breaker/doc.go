@@ -145,13 +145,17 @@
 // client-side throttling over the fleet's sampled counts: the breaker
 // never opens on its counts (overrides still apply). Where the hard stop
 // would trip, under a stricter test (FailureRatio plus 2 standard errors,
-// so that a partial outage is left to the retry budgets), the fleet admits
-// 1.15 times the share of calls the partner accepts, at least 2%, and no
-// retry. When at most 5% of the latest 100 sampled outcomes of admitted
-// calls fail, the share doubles, and every call goes at once if none
-// failed. A rejected call gets an *OpenError with Throttled set
-// (errors.Is(err, ErrOpen)). While the fleet watches, an adaptive
-// environment reads the state every CacheTTL/4. Every environment that
+// so that a partial outage is left to the retry budgets), the fleet
+// throttles, in buckets of alternating phase: base buckets admit the share
+// of calls the partner accepts, estimated from the latest buckets in which
+// it turned calls away, probe buckets 1.175 times it, at least 2%, and
+// no retry. A probe bucket in which no admitted call failed says the
+// partner has room: every call goes at once, and the fleet throttles
+// again as soon as calls fail. A rejected call gets an *OpenError with
+// Throttled set (errors.Is(err, ErrOpen)). While the fleet watches, an
+// adaptive environment reads the state every CacheTTL/4, and one that
+// makes several calls per report interval counts every call (it reports
+// once per interval either way). Every environment that
 // names one breaker must agree on the mode. See "Adaptive throttling" in
 // docs/ARCHITECTURE.md for the law, why it settles, its cost and what it
 // measured.

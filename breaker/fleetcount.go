@@ -137,28 +137,76 @@ func (b *Breaker) samplingLocked(now time.Time) bool {
 }
 
 // sampleLocked decides whether a first attempt asking to go at now is
-// sampled. It returns the call's weight: 0 if not sampled, otherwise the
-// number of calls the sample stands for. The call counts as a request
-// when its fate is known (countRequestLocked): at its Done if it is
-// admitted, at once if adaptive throttling rejects it, so that a bucket's
-// requests are the calls whose outcome it holds plus those rejected,
-// never calls still in flight.
-func (b *Breaker) sampleLocked(now time.Time) int32 {
+// counted. It returns the call's weight (0 if not counted, otherwise the
+// number of calls it stands for) and whether it is one of the samples the
+// fleet's standard error and MinRequests go by. The call counts as a
+// request when its fate is known (countRequestLocked): at its Done if it
+// is admitted, at once if adaptive throttling rejects it, so that a
+// bucket's requests are the calls whose outcome it holds plus those
+// rejected, never calls still in flight.
+//
+// One call in k (samplingFactorLocked) is sampled, at weight k. An
+// adaptive environment that makes adaptiveCensusCalls × k calls or more
+// per report interval counts every call instead, at weight 1: it reports
+// once per interval whether it counts one call in k or all of them, so
+// the state item sees no more writes, and adaptive throttling, which
+// tells whether a probe's admitted calls all succeeded, sees every
+// failure. The draw of one call in k still picks its samples, so that a
+// bucket's sample count, which the standard error goes by (Kish's
+// effective sample size, see fleetCountsLocked), is what sampling would
+// have drawn: for counts without sampling error that understates the
+// precision, never overstates it, whatever mix of environments a bucket
+// holds. The hard stop always samples.
+func (b *Breaker) sampleLocked(now time.Time) (weight int32, sample bool) {
 	if !b.samplingLocked(now) {
 		b.sampleFrom, b.firstDone = time.Time{}, false
-		return 0
+		return 0, false
+	}
+	if b.s.Adaptive {
+		b.countAskLocked(now)
 	}
 	if b.sampleFrom.IsZero() {
 		b.drawSampleFromLocked(now)
 	}
 	if now.Before(b.sampleFrom) {
-		return 0
+		return 0, false
 	}
 	k := b.samplingFactorLocked(now)
-	if k > 1 && b.randLocked()*float64(k) >= 1 {
-		return 0
+	drawn := k <= 1 || b.randLocked()*float64(k) < 1
+	if b.s.Adaptive && k > 1 && b.countsEveryCallLocked(now, k) {
+		return 1, drawn
 	}
-	return int32(k)
+	if !drawn {
+		return 0, false
+	}
+	return int32(k), true
+}
+
+// countAskLocked counts a first attempt asking to go at now in this
+// environment's calls per bucket.
+func (b *Breaker) countAskLocked(now time.Time) {
+	cur := b.bucketOf(now)
+	if cur != b.askBucket {
+		b.askPrev = 0
+		if cur == b.askBucket+1 {
+			b.askPrev = b.askCur
+		}
+		b.askBucket, b.askCur = cur, 0
+	}
+	b.askCur++
+}
+
+// countsEveryCallLocked reports whether this adaptive environment counts
+// every call at now rather than one in k: whether it made at least
+// adaptiveCensusCalls × k calls per report interval, by its first attempts
+// in the bucket before now's or its admitted calls over the rolling
+// window. Sampling one call in k, it would then draw a sample in nearly
+// every report interval (95% of them at 3k calls) and report as often.
+func (b *Breaker) countsEveryCallLocked(now time.Time, k int64) bool {
+	perInterval := float64(b.askPrev) * float64(b.s.reportInterval) / float64(b.s.Window/FleetSlots)
+	local := b.win.rolling(b.win.number(now.UnixNano()))
+	perInterval = max(perInterval, float64(local.Requests)*float64(b.s.reportInterval)/float64(b.s.Window))
+	return perInterval >= adaptiveCensusCalls*float64(k)
 }
 
 // drawSampleFromLocked draws when this environment, which learnt of the
@@ -233,6 +281,36 @@ func (b *Breaker) countRequestLocked(now time.Time, w int32) {
 	}
 }
 
+// countsForLocked returns the counts a sampled call admitted at start and
+// ending at now goes to, or nil if it is not counted. Adaptive throttling
+// reads bucket by bucket, and the partner's verdict on a call is given
+// when the call reaches it: a call admitted in an earlier bucket than
+// now's goes to that bucket's counts if they are still held, starts the
+// pending counts if there are none, and is not counted if that bucket's
+// counts have gone already (a failure from the end of a bucket in which
+// the partner turned calls away must not say that the next one, a probe,
+// saw failures; the request goes with the outcome, so the accepted share
+// of its bucket stays unbiased).
+func (b *Breaker) countsForLocked(now, start time.Time) *pending {
+	b.closeFirstLocked(now)
+	if b.s.Adaptive && !b.firstOpenLocked() {
+		if ab, cur := b.bucketOf(start), b.bucketOf(now); ab < cur {
+			switch {
+			case !b.ready.empty() && b.ready.first == ab:
+				return &b.ready
+			case b.pend.first == ab:
+				return &b.pend
+			case b.pend.first == 0 && ab > cur-FleetSlots:
+				b.pend.first = ab
+				return &b.pend
+			}
+			return nil
+		}
+	}
+	b.pendStartLocked(now)
+	return &b.pend
+}
+
 // pendStartLocked notes the bucket of the first count pending, after
 // dropping pending counts older than the rolling window (an environment
 // frozen with samples pending): they would be reported into a bucket they
@@ -240,6 +318,18 @@ func (b *Breaker) countRequestLocked(now time.Time, w int32) {
 func (b *Breaker) pendStartLocked(now time.Time) {
 	cur := b.bucketOf(now)
 	if b.pend.first != 0 && b.pend.first <= cur-FleetSlots {
+		b.pend = pending{sawFailure: b.pend.sawFailure}
+	}
+	if b.s.Adaptive && b.pend.first != 0 && b.pend.first < cur && !b.firstOpenLocked() && b.ready.empty() &&
+		b.countsEveryCallLocked(now, max(b.samplingFactorLocked(now), 1)) {
+		// Adaptive throttling reads bucket by bucket (probe buckets apart
+		// from base ones): the counts of an earlier bucket go alone, in
+		// a report of their own, made at once. An environment that makes
+		// many calls per report interval then reports once per bucket,
+		// as often as before; one that makes few, whose reports hold a
+		// call or two, would report more often, and does not cut.
+		b.ready = b.pend
+		b.ready.sawFailure = false
 		b.pend = pending{sawFailure: b.pend.sawFailure}
 	}
 	if b.pend.first == 0 {
@@ -282,13 +372,17 @@ func (b *Breaker) samplingFactorLocked(now time.Time) int64 {
 // samples are due.
 func (b *Breaker) accountFleetLocked(now time.Time, p Permit, o Outcome) job {
 	if p.weight > 0 && o != Excluded {
-		b.countRequestLocked(now, p.weight)
-		if o == Success {
-			b.pend.successes += int64(p.weight)
-		} else {
-			b.pend.failures += int64(p.weight)
+		if q := b.countsForLocked(now, p.start); q != nil {
+			q.requests += int64(p.weight)
+			if o == Success {
+				q.successes += int64(p.weight)
+			} else {
+				q.failures += int64(p.weight)
+			}
+			if !p.counted {
+				q.samples++
+			}
 		}
-		b.pend.samples++
 	}
 	if o == Failure {
 		b.lastFailure = now
@@ -353,7 +447,9 @@ func (b *Breaker) reportDueLocked(now time.Time) bool {
 // pending, once the report interval has passed since the last report (or at
 // once with force); but nothing while this environment's first window of
 // the watch is open, and its first window's counts alone, at once, when
-// it has closed (see drawSampleFromLocked). Counts older than the rolling
+// it has closed (see drawSampleFromLocked); an adaptive environment's
+// counts of an earlier bucket, cut from the pending ones at the bucket's
+// end, go the same way (see pendStartLocked). Counts older than the rolling
 // window are dropped (see pending.dropOld). A report also goes, with no
 // counts, to extend the fleet's watch when this environment saw a failure
 // that was not sampled and the watch has less than a quarter of its
