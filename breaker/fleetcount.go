@@ -51,6 +51,9 @@ type pending struct {
 	// sawFailure: a failure, sampled or not, was seen since the last
 	// report; the next report extends the fleet's watch.
 	sawFailure bool
+	// piece: the counts began well after the start of their bucket (see
+	// pendStartLocked): they cover its end only.
+	piece bool
 }
 
 func (p *pending) empty() bool { return p.requests == 0 && p.samples == 0 }
@@ -65,6 +68,7 @@ func (p *pending) merge(q pending) {
 	p.failures += q.failures
 	p.samples += q.samples
 	p.sawFailure = p.sawFailure || q.sawFailure
+	p.piece = p.piece || q.piece
 }
 
 // dropOld drops counts older than the rolling window ending with bucket
@@ -301,7 +305,7 @@ func (b *Breaker) countsForLocked(now, start time.Time) *pending {
 			case b.pend.first == ab:
 				return &b.pend
 			case b.pend.first == 0 && ab > cur-FleetSlots:
-				b.pend.first = ab
+				b.pend.first, b.pend.piece = ab, true
 				return &b.pend
 			}
 			return nil
@@ -328,12 +332,25 @@ func (b *Breaker) pendStartLocked(now time.Time) {
 		// many calls per report interval then reports once per bucket,
 		// as often as before; one that makes few, whose reports hold a
 		// call or two, would report more often, and does not cut.
-		b.ready = b.pend
-		b.ready.sawFailure = false
+		//
+		// Counts that began well into their bucket (the piece between
+		// the end of this environment's first window and the next
+		// bucket, or a call that ended after its bucket's counts had
+		// gone) cover the end of the bucket only, and every such piece
+		// ends there: reported, they would weigh the end of each bucket
+		// over its start, and a partner that fails the end of every
+		// second (first come, first served) would read as failing more
+		// than it does. They are dropped, requests and outcomes alike.
+		if !b.pend.piece {
+			b.ready = b.pend
+			b.ready.sawFailure = false
+		}
 		b.pend = pending{sawFailure: b.pend.sawFailure}
 	}
 	if b.pend.first == 0 {
+		w := b.s.Window / FleetSlots
 		b.pend.first = cur
+		b.pend.piece = now.Sub(time.UnixMilli(cur*w.Milliseconds())) > w/10
 	}
 }
 
