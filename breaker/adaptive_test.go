@@ -178,11 +178,16 @@ func TestAdaptivePartialOutageAcrossShapes(t *testing.T) {
 	if fleetsim.RaceEnabled {
 		shapes, seeds = []outageShape{busyShape, lambdaShape}, seeds[:1]
 	}
+	// Each seed puts the outage at another place in the rolling window and
+	// in the buckets' phases (probe or not), as cmd/outagesim's seeds do:
+	// 0, 3 and 6 s after second 20.
 	for _, shape := range shapes {
 		for _, seed := range seeds {
-			r := runOutage(t, shape, withOwnBreakerRand(adaptiveStrategy(), seed), outage(600), seed)
+			at := 20*time.Second + time.Duration(3*(seed-1))*time.Second
+			p := fleetsim.Limited(1500, 600, at, at+20*time.Second)
+			r := runOutage(t, shape, withOwnBreakerRand(adaptiveStrategy(), seed), p, seed)
 			if n := r.Totals.BreakerRejected; n > 0 {
-				t.Errorf("%s, seed %d: adaptive throttling rejected %d calls in a partial outage", shape.name, seed, n)
+				t.Errorf("%s, seed %d, outage from %v: adaptive throttling rejected %d calls in a partial outage", shape.name, seed, at, n)
 			}
 		}
 	}
