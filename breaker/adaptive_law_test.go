@@ -263,10 +263,14 @@ func TestAdaptiveBusyEnvironmentCountsEveryCall(t *testing.T) {
 		}
 		// The calls of the first bucket are sampled (this environment's
 		// rate is not known yet) and none wins the draw; from the second
-		// on (150 calls), every call counts, once.
+		// on (150 calls), every call counts, once, but for the 25 between
+		// the end of the first window (1.5 s) and the next bucket: they
+		// cover the end of their bucket only, and are dropped. Every
+		// later bucket is reported whole, at its end, although a report
+		// falls due mid-bucket (a second after the last one).
 		got := fleetTotals(store.state("partner"), at.Unix())
-		if got.Requests != 150 || got.Successes != 150 || got.Samples != 0 {
-			t.Errorf("fleet counts %+v, want the 150 calls from the second bucket on at weight 1, none a sample", got)
+		if got.Requests != 125 || got.Successes != 125 || got.Samples != 0 {
+			t.Errorf("fleet counts %+v, want the 125 calls of the second bucket's first half and of the third and fourth buckets at weight 1, none a sample", got)
 		}
 		if n := store.reports.Load(); n > 6 {
 			t.Errorf("%d reports over 4 s of calls, want at most one a second", n)

@@ -51,6 +51,11 @@ type pending struct {
 	// sawFailure: a failure, sampled or not, was seen since the last
 	// report; the next report extends the fleet's watch.
 	sawFailure bool
+	// piece: the counts began well after the start of their bucket
+	// because the counts before them left then (see emptyPendingLocked
+	// and pendStartLocked): they cover its end only. An empty pending
+	// with first set marks where such counts would begin.
+	piece bool
 }
 
 func (p *pending) empty() bool { return p.requests == 0 && p.samples == 0 }
@@ -65,6 +70,7 @@ func (p *pending) merge(q pending) {
 	p.failures += q.failures
 	p.samples += q.samples
 	p.sawFailure = p.sawFailure || q.sawFailure
+	p.piece = p.piece || q.piece
 }
 
 // dropOld drops counts older than the rolling window ending with bucket
@@ -264,7 +270,22 @@ func (b *Breaker) closeFirstLocked(now time.Time) {
 	saw := b.pend.sawFailure
 	b.pend.sawFailure = false
 	b.ready.merge(b.pend)
-	b.pend = pending{sawFailure: saw} // it goes with the next report that extends the watch
+	b.pend = b.emptyPendingLocked(now, saw) // it goes with the next report that extends the watch
+}
+
+// emptyPendingLocked returns the pending counts left when the counts
+// before them leave at now (a report, the end of the first window). For
+// adaptive throttling they begin in now's bucket, and are a piece if now
+// is well into it (see pendStartLocked): what follows covers the end of
+// the bucket only. Counts that begin with the first call of a bucket
+// after none pending are whole: nothing was taken away before them.
+func (b *Breaker) emptyPendingLocked(now time.Time, saw bool) pending {
+	if !b.s.Adaptive {
+		return pending{sawFailure: saw}
+	}
+	cur := b.bucketOf(now)
+	w := b.s.Window / FleetSlots
+	return pending{sawFailure: saw, first: cur, piece: now.Sub(time.UnixMilli(cur*w.Milliseconds())) > w/10}
 }
 
 // firstOpenLocked reports whether this environment's first window of the
@@ -300,8 +321,8 @@ func (b *Breaker) countsForLocked(now, start time.Time) *pending {
 				return &b.ready
 			case b.pend.first == ab:
 				return &b.pend
-			case b.pend.first == 0 && ab > cur-FleetSlots:
-				b.pend.first = ab
+			case b.pend.empty() && ab > cur-FleetSlots:
+				b.pend.first, b.pend.piece = ab, true
 				return &b.pend
 			}
 			return nil
@@ -317,6 +338,10 @@ func (b *Breaker) countsForLocked(now, start time.Time) *pending {
 // were not gathered in.
 func (b *Breaker) pendStartLocked(now time.Time) {
 	cur := b.bucketOf(now)
+	if b.pend.empty() && b.pend.first != cur {
+		// Emptied in an earlier bucket: the counts start now, whole.
+		b.pend.first, b.pend.piece = 0, false
+	}
 	if b.pend.first != 0 && b.pend.first <= cur-FleetSlots {
 		b.pend = pending{sawFailure: b.pend.sawFailure}
 	}
@@ -328,9 +353,25 @@ func (b *Breaker) pendStartLocked(now time.Time) {
 		// many calls per report interval then reports once per bucket,
 		// as often as before; one that makes few, whose reports hold a
 		// call or two, would report more often, and does not cut.
-		b.ready = b.pend
-		b.ready.sawFailure = false
-		b.pend = pending{sawFailure: b.pend.sawFailure}
+		//
+		// Counts that began well into their bucket because the counts
+		// before them left then (the piece between the end of this
+		// environment's first window and the next bucket, or a call
+		// that ended after its bucket's counts had gone) cover the end
+		// of the bucket only, and every such piece ends there:
+		// reported, they would weigh the end of each bucket over its
+		// start, and a partner that fails the end of every second
+		// (first come, first served) would read as failing more than
+		// it does. They are dropped, requests and outcomes alike. So
+		// that such pieces stay rare, the counts of the current bucket
+		// are not reported before the cut (see takeReportLocked), and
+		// the cut's report carries the watch's extension.
+		if !b.pend.piece {
+			b.ready = b.pend
+			b.pend = pending{}
+		} else {
+			b.pend = pending{sawFailure: b.pend.sawFailure}
+		}
 	}
 	if b.pend.first == 0 {
 		b.pend.first = cur
@@ -450,7 +491,9 @@ func (b *Breaker) reportDueLocked(now time.Time) bool {
 // it has closed (see drawSampleFromLocked); an adaptive environment's
 // counts of an earlier bucket, cut from the pending ones at the bucket's
 // end, go the same way (see pendStartLocked). Counts older than the rolling
-// window are dropped (see pending.dropOld). A report also goes, with no
+// window are dropped (see pending.dropOld). An adaptive environment that
+// cuts its counts at bucket boundaries holds those of now's bucket until
+// the cut, whatever the report interval says. A report also goes, with no
 // counts, to extend the fleet's watch when this environment saw a failure
 // that was not sampled and the watch has less than a quarter of its
 // length left. The counts leave the pending ones when the report is
@@ -478,6 +521,14 @@ func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
 		}
 		return b.reportJobLocked(now, q)
 	}
+	if b.s.Adaptive && !force && !b.pend.empty() && b.pend.first == cur && b.countsEveryCallLocked(now, max(b.samplingFactorLocked(now), 1)) {
+		// This environment cuts its counts at bucket boundaries (see
+		// pendStartLocked): the current bucket's go, whole, when the
+		// next bucket's first count cuts them, once a bucket. Reported
+		// when a report interval had passed, mid-bucket, they would
+		// leave what follows a piece of the bucket's end, dropped.
+		return job{}
+	}
 	watchFor := watchWindows * b.s.Window
 	// An unsampled failure extends a watch that has less than a quarter
 	// left, itself sampled (one in the sampling factor): a fleet that
@@ -494,7 +545,7 @@ func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
 		return job{}
 	}
 	q := b.pend
-	b.pend = pending{}
+	b.pend = b.emptyPendingLocked(now, false)
 	return b.reportJobLocked(now, q)
 }
 
@@ -502,7 +553,7 @@ func (b *Breaker) takeReportLocked(now time.Time, force bool) job {
 // the bucket of q's oldest count.
 func (b *Breaker) reportJobLocked(now time.Time, q pending) job {
 	bucket := b.bucketOf(now)
-	if b.s.Adaptive && q.first != 0 {
+	if b.s.Adaptive && q.first != 0 && !q.empty() {
 		bucket = q.first
 	}
 	r := Report{
