@@ -674,8 +674,11 @@ func (b *Breaker) freeProbeLocked(now time.Time) (int, time.Duration) {
 	return -1, first.Sub(now)
 }
 
-func (b *Breaker) releaseProbeLocked(gen uint64, slot int) {
-	if gen == b.gen && slot >= 0 && slot < len(b.probes) {
+// releaseProbeLocked frees the local probe slot leased at start, unless
+// its lease lapsed and the slot went to a later probe since: a late
+// outcome of a lost probe must not free the slot of a live one.
+func (b *Breaker) releaseProbeLocked(gen uint64, slot int, start time.Time) {
+	if gen == b.gen && slot >= 0 && slot < len(b.probes) && b.probes[slot].Equal(start.Add(b.s.ProbeLease)) {
 		b.probes[slot] = time.Time{}
 	}
 }
@@ -735,7 +738,7 @@ func (b *Breaker) recordLocked(now time.Time, o Outcome) {
 // probeDoneLocked closes the breaker after a successful probe and opens it
 // again after a failed one.
 func (b *Breaker) probeDoneLocked(now time.Time, p Permit, o Outcome) job {
-	b.releaseProbeLocked(p.gen, int(p.slot))
+	b.releaseProbeLocked(p.gen, int(p.slot), p.start)
 	if o == Excluded || b.state != HalfOpen {
 		return job{}
 	}

@@ -372,6 +372,38 @@ func TestHalfOpenProbeLimit(t *testing.T) {
 	wantState(t, b, at.Add(6*time.Second), breaker.Open)
 }
 
+// A probe whose lease lapsed, and whose slot went to a later probe, must
+// not free that slot when its outcome finally arrives: the later probe is
+// still out (found by TestRapidLocalBreaker).
+func TestLateProbeKeepsLiveProbesSlot(t *testing.T) {
+	for _, o := range []breaker.Outcome{breaker.Excluded, breaker.Success, breaker.Failure} {
+		b := newBreaker(t, breaker.Settings{HalfOpenProbes: 1, Jitter: -1, OpenDuration: time.Second, ProbeLease: time.Second})
+		calls(t, b, t0, breaker.Failure, 20)
+		at := t0.Add(time.Second)
+		lost, err := b.Allow(ctx, at)
+		if err != nil || !lost.Probe() {
+			t.Fatalf("first probe: %v", err)
+		}
+		at = at.Add(2 * time.Second) // its lease lapsed
+		live, err := b.Allow(ctx, at)
+		if err != nil || !live.Probe() {
+			t.Fatalf("probe after the first lease lapsed: %v", err)
+		}
+		b.Done(ctx, at, lost, o)
+		if o != breaker.Excluded {
+			// A late outcome still decides (closed, or open again); what
+			// matters here is only the half-open case.
+			continue
+		}
+		wantState(t, b, at, breaker.HalfOpen)
+		if p, err := b.Allow(ctx, at); err == nil {
+			t.Fatalf("a second probe (probe=%v) went out while the live one's lease holds; HalfOpenProbes is 1", p.Probe())
+		}
+		b.Done(ctx, at, live, breaker.Success)
+		wantState(t, b, at, breaker.Closed)
+	}
+}
+
 func TestStaleGenerationIsDropped(t *testing.T) {
 	rec := &recorder{}
 	b := newBreaker(t, breaker.Settings{Jitter: -1, OnStateChange: rec.hook})

@@ -364,10 +364,10 @@ func (b *Breaker) acquireProbe(ctx context.Context, now time.Time, d decision) (
 			b.win.addRequest(now.UnixNano())
 			p, done = Permit{gen: b.gen, start: now, slot: int32(d.slot), kind: permitProbe}, true
 		} else {
-			b.releaseProbeLocked(d.gen, d.slot) // the state moved on while asking
+			b.releaseProbeLocked(d.gen, d.slot, now) // the state moved on while asking
 		}
 	case errors.Is(serr, ErrProbeDenied):
-		b.releaseProbeLocked(d.gen, d.slot)
+		b.releaseProbeLocked(d.gen, d.slot, now)
 		if sc != nil {
 			// Every slot of the epoch is leased: this environment's own
 			// probes, or leases that lapse at the latest when the epoch is
@@ -376,10 +376,10 @@ func (b *Breaker) acquireProbe(ctx context.Context, now time.Time, d decision) (
 		}
 		done, err = true, b.openError(HalfOpen, b.s.CacheTTL, false)
 	case ctx.Err() != nil:
-		b.releaseProbeLocked(d.gen, d.slot)
+		b.releaseProbeLocked(d.gen, d.slot, now)
 		done, err = true, b.openError(HalfOpen, b.s.CacheTTL, false)
 	default:
-		b.releaseProbeLocked(d.gen, d.slot)
+		b.releaseProbeLocked(d.gen, d.slot, now)
 		fault = storeError(storeOpAcquireProbe, serr)
 		if sc != nil {
 			sc.askAt = now.Add(b.faultBackoffLocked(sc))
