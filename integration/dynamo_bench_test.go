@@ -74,6 +74,36 @@ func BenchmarkDynamoBudgetApplyGranted(b *testing.B) {
 	}, isNil)
 }
 
+// BenchmarkDynamoBudgetApplyOneItem measures how many conditional
+// updates a second one item takes when 16 goroutines update it at once
+// (granted withdrawals from one budget window shard): what bounds a test
+// that pushes a fleet through one item of DynamoDB Local, whose writes to
+// one item are serialised and far slower than the service's.
+//
+//	go test -run '^$' -bench BenchmarkDynamoBudgetApplyOneItem -benchtime 3000x -count 3 ./integration/
+func BenchmarkDynamoBudgetApplyOneItem(b *testing.B) {
+	api := newStoreClient(b)
+	st := newBudgetStore(b, api, newTable(b))
+	k := budget.Key{Name: "bench", Window: benchWindow()}
+	exp := k.Window.Add(time.Hour)
+	if _, err := st.Apply(b.Context(), k, budget.Update{Deposit: maxAmount, Expires: exp}); err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(8) // 16 goroutines on 2 cores
+	start := time.Now()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := st.Apply(b.Context(), k, budget.Update{Take: 1, Expires: exp}); err != nil {
+				b.Errorf("Apply: %v", err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "updates/s")
+}
+
 func BenchmarkDynamoBudgetApplyRefused(b *testing.B) {
 	api := newStoreClient(b)
 	st := newBudgetStore(b, api, newTable(b))
