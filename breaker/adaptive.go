@@ -26,10 +26,10 @@ const (
 	// the partner about 1.09 times what it serves.
 	adaptiveProbeHeadroom = 1.175
 	// adaptiveStartHeadroom is K while no settled bucket gives an
-	// estimate yet (the first seconds of throttling), over the whole window's
-	// counts: the seconds in which every call went read low, since
-	// retries, which the counts do not see, took part of the partner's
-	// capacity then.
+	// estimate yet (the first seconds of throttling), over the counts of
+	// the window's buckets before the current one: the seconds in which
+	// every call went read low, since retries, which the counts do not
+	// see, took part of the partner's capacity then.
 	adaptiveStartHeadroom = 1.3
 	// adaptiveProbeSamples is the number of sampled outcomes the
 	// estimate, and a bucket that says the partner recovered, need.
@@ -100,7 +100,9 @@ func probeBucket(n int64) bool { return n%2 != 0 }
 //     when nothing changed). Settled buckets newer than those whose
 //     admitted calls all succeeded raise it to their A / R, a lower
 //     bound; without any of either, the fleet admits
-//     adaptiveStartHeadroom × A / R of the window.
+//     adaptiveStartHeadroom × A / R of the window's buckets before the
+//     current one (of the whole window if only the current one has
+//     counts: see the default case below).
 //   - The partner has recovered when the latest complete bucket that can
 //     say so (one not throttled, or a settled probe bucket newer than a
 //     bucket the estimate reads, so that it probed above a measured
@@ -176,7 +178,20 @@ func (b *Breaker) admitShareLocked(now time.Time) float64 {
 	case lower > 0:
 		estimate, measured = lower, 0
 	default:
-		share := adaptiveStartHeadroom * float64(win.Successes) / float64(win.Requests)
+		// The bucket in progress is left out while an earlier one has
+		// counts: a first-come, first-served partner serves the start
+		// of each second, and the counts that reach the current bucket
+		// before it ends come from its start, so they read high (38
+		// successes in 39 requests in one Lambda run, where the partner
+		// served 30% of the calls).
+		var done Bucket
+		for _, bk := range at[1:] {
+			done.add(bk)
+		}
+		if done.Requests == 0 {
+			done = win
+		}
+		share := adaptiveStartHeadroom * float64(done.Successes) / float64(done.Requests)
 		return math.Min(1, math.Max(adaptiveMinAdmit, math.Min(share, 2*prev)))
 	}
 	later := at[0] // the buckets after the one looked at
