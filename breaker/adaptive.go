@@ -245,12 +245,17 @@ func (b *Bucket) add(c Bucket) {
 // share admitted already carries K times what the partner accepts, and a
 // retry admitted takes the place of a first attempt, which the fleet's
 // counts do not see (retries are not sampled): admitted, retries would
-// lower the accepted share the law measures, and the share with it.
+// lower the accepted share the law measures, and the share with it. While
+// every call goes, a retry tells that this environment is back from a
+// wait, which may have taken its first window (restartSampleDelayLocked).
 func (b *Breaker) throttleLocked(now time.Time, retry bool) error {
 	if !b.s.Adaptive || !b.samplingLocked(now) {
 		return nil
 	}
 	share := b.admitShareLocked(now)
+	if retry && share >= 1 {
+		b.restartSampleDelayLocked(now)
+	}
 	if share >= 1 || (!retry && b.randLocked() < share) {
 		return nil
 	}

@@ -137,11 +137,15 @@ type Breaker struct {
 	// it follows (zero: not drawn yet); firstDone: its first window,
 	// [sampleFrom, sampleFrom + the report interval), has closed; ready holds
 	// that window's counts until they are reported (see
-	// drawSampleFromLocked).
-	sampleFrom time.Time
-	firstDone  bool
-	ready      pending
-	lastAlarm  time.Time
+	// drawSampleFromLocked); sampleDelay: the random delay drawn then;
+	// firstAsked: a first attempt asked to go since sampleFrom (see
+	// restartSampleDelayLocked).
+	sampleFrom  time.Time
+	sampleDelay time.Duration
+	firstDone   bool
+	firstAsked  bool
+	ready       pending
+	lastAlarm   time.Time
 	// lastFailure is when this environment last saw a call fail while
 	// it followed the fleet (see drawSampleFromLocked).
 	lastFailure time.Time

@@ -177,6 +177,7 @@ func (b *Breaker) sampleLocked(now time.Time) (weight int32, sample bool) {
 	if now.Before(b.sampleFrom) {
 		return 0, false
 	}
+	b.firstAsked = true
 	k := b.samplingFactorLocked(now)
 	drawn := k <= 1 || b.randLocked()*float64(k) < 1
 	if b.s.Adaptive && k > 1 && b.countsEveryCallLocked(now, k) {
@@ -240,9 +241,11 @@ func (b *Breaker) countsEveryCallLocked(now time.Time, k int64) bool {
 // cost a sparse fleet the samples its trip needs. Adaptive throttling
 // always takes the delay and the first window: it starts on the fleet's
 // first seconds of counts and must tell a major outage from a partial one
-// there.
+// there; and an adaptive environment that is back from a retry's wait
+// before it asked anything counts the delay again from there
+// (restartSampleDelayLocked).
 func (b *Breaker) drawSampleFromLocked(now time.Time) {
-	b.sampleFrom, b.firstDone = now, true
+	b.sampleFrom, b.firstDone, b.firstAsked = now, true, false
 	w := b.s.Window / FleetSlots
 	if !b.s.Adaptive {
 		local := b.win.rolling(b.win.number(now.UnixNano()))
@@ -254,8 +257,40 @@ func (b *Breaker) drawSampleFromLocked(now time.Time) {
 			return
 		}
 	}
-	b.sampleFrom = now.Add(min(time.Duration(b.randLocked()*float64(w)), w-1))
+	b.sampleDelay = min(time.Duration(b.randLocked()*float64(w)), w-1)
+	b.sampleFrom = now.Add(b.sampleDelay)
 	b.firstDone = false
+}
+
+// restartSampleDelayLocked counts this adaptive environment's random delay
+// before sampling again, from now, the Allow of a retry while the fleet
+// admits every call, if it has asked no first attempt to go since its
+// sampling start: it was away, in that retry's wait, since before its
+// first window began or for all of it. The delay is the one drawn when it
+// learnt of the watch (independent of everything since, it is as random
+// from now as it was then).
+//
+// An environment learns of a watch from a failure of its own, and the
+// retry loop then waits (at least the partner's Retry-After; a second, the
+// partner's own period, for cmd/outagesim's partner) before the retry:
+// its next calls come at the end of that wait, in the failing part of a
+// second again. The random delay of drawSampleFromLocked ran meanwhile, so
+// its first window was empty and the calls after it, reported at once,
+// were failures, or the window held only those calls, at its end. In a
+// fleet whose calls go to the environment that went idle last (Lambda's
+// warm pool), those environments get the next calls at once and report
+// first, while the environments that served the start of the second sit
+// deeper in the pool and report later: the start test read the partial
+// outage's first seconds as 74–82% failures against a true 36–43%.
+// Counting the delay from the environment's return puts its first window
+// at a random phase of what it does from then on. Once the fleet
+// throttles, retries are rejected and the start test is behind it; there
+// the draw stands (the law was measured with it).
+func (b *Breaker) restartSampleDelayLocked(now time.Time) {
+	if b.sampleFrom.IsZero() || b.firstDone || b.firstAsked {
+		return
+	}
+	b.sampleFrom = now.Add(b.sampleDelay)
 }
 
 // closeFirstLocked closes this environment's first window of the watch,
