@@ -266,26 +266,13 @@ func (b *Breaker) drawSampleFromLocked(now time.Time) {
 // before sampling again, from now, the Allow of a retry while the fleet
 // admits every call, if it has asked no first attempt to go since its
 // sampling start: it was away, in that retry's wait, since before its
-// first window began or for all of it. The delay is the one drawn when it
-// learnt of the watch (independent of everything since, it is as random
-// from now as it was then).
-//
-// An environment learns of a watch from a failure of its own, and the
-// retry loop then waits (at least the partner's Retry-After; a second, the
-// partner's own period, for cmd/outagesim's partner) before the retry:
-// its next calls come at the end of that wait, in the failing part of a
-// second again. The random delay of drawSampleFromLocked ran meanwhile, so
-// its first window was empty and the calls after it, reported at once,
-// were failures, or the window held only those calls, at its end. In a
-// fleet whose calls go to the environment that went idle last (Lambda's
-// warm pool), those environments get the next calls at once and report
-// first, while the environments that served the start of the second sit
-// deeper in the pool and report later: the start test read the partial
-// outage's first seconds as 74–82% failures against a true 36–43%.
-// Counting the delay from the environment's return puts its first window
-// at a random phase of what it does from then on. Once the fleet
-// throttles, retries are rejected and the start test is behind it; there
-// the draw stands (the law was measured with it).
+// first window began or for all of it, and would come back in the failing
+// part of a later second with calls it reports at once. The delay is the
+// one drawn when it learnt of the watch (independent of everything since,
+// it is as random from now as it was then). Once the fleet throttles,
+// retries are rejected and the start test is behind it; there the draw
+// stands. docs/ARCHITECTURE.md ("Counting for the law", fault 4) has the
+// trace.
 func (b *Breaker) restartSampleDelayLocked(now time.Time) {
 	if b.sampleFrom.IsZero() || b.firstDone || b.firstAsked {
 		return
