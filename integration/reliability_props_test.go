@@ -1385,6 +1385,12 @@ type relReportsEnv struct {
 	lastNow  time.Time // the latest time it was given
 	owed     int64
 	may      int64
+	// lastFail is when its latest failing call ended; sampling, whether
+	// its calls are sampled since an earlier call; skipUntil, the start of
+	// the bucket after the first of those if it may have begun sampling
+	// there (see call).
+	lastFail, skipUntil time.Time
+	sampling            bool
 	// first and firstMaybe are the bucket of the oldest count pending
 	// (0: none), as known for sure, and as may be.
 	first, firstMaybe int64
@@ -1533,23 +1539,44 @@ func (m *relReportsModel) call(t *rapid.T, e *relReportsEnv, o breaker.Outcome) 
 		t.Fatalf("%s: Allow: %v; this breaker cannot open", e.name, err)
 	}
 	sampled := !e.degraded && m.now.Before(e.watch)
-	if sampled {
-		m.pend(e, m.now, true)
+	// A sparse environment (under a call per report interval) that
+	// begins sampling within a bucket width of a failure of its own, once
+	// the watch has a complete bucket with counts, samples from the next
+	// bucket on: the calls before that may not be sampled. The model
+	// tells neither its rate nor the buckets it saw, so those calls are
+	// never owed.
+	w := m.window / breaker.FleetSlots
+	switch {
+	case !sampled:
+		e.sampling, e.skipUntil = false, time.Time{}
+	case !e.sampling:
+		e.sampling, e.skipUntil = true, time.Time{}
+		if !e.lastFail.IsZero() && m.now.Sub(e.lastFail) < w {
+			e.skipUntil = time.UnixMilli((m.bucket(m.now) + 1) * w.Milliseconds())
+		}
 	}
-	m.logf("%v (degraded: %v, sampled: %v, watch %d)", o, e.degraded, sampled, e.watch.UnixMilli()%100_000)
+	skip := sampled && m.now.Before(e.skipUntil)
+	if sampled {
+		m.pend(e, m.now, !skip)
+	}
+	m.logf("%v (degraded: %v, sampled: %v, may skip: %v, watch %d)", o, e.degraded, sampled, skip, e.watch.UnixMilli()%100_000)
 	m.seen[e.name]++
 	faults = e.faults - faults // during Allow
 	watching := m.now.Before(e.watch)
 	sure := o == breaker.Failure || watching
 	if !e.degraded && sampled {
 		// Before it adds a sample, the breaker drops pending counts from
-		// before the rolling window (an environment that was idle).
+		// before the rolling window (an environment that was idle); one
+		// that may not sample this call does at its Done.
 		m.take(e, m.now, true)
 		e.may++
-		if sure && faults == 0 {
+		if sure && !skip && faults == 0 {
 			e.owed++
 		}
-		m.pend(e, m.now, sure)
+		m.pend(e, m.now, sure && !skip)
+	}
+	if o == breaker.Failure {
+		e.lastFail = m.now
 	}
 	if !e.degraded && (o == breaker.Failure && watching || o == breaker.Success) {
 		m.take(e, m.now, sure && watching)
@@ -1661,10 +1688,11 @@ func (m *relReportsModel) history(env string) string {
 // writes applied whose answer was lost, in fewer cases). What an
 // environment owes follows the documentation: while it follows the fleet
 // and the fleet watches (a WatchUntil the store answered it is ahead),
-// every outcome of a call it admitted; a store fault drops what was
-// pending, and so does an idle longer than the rolling window. Every
-// Report that carries counts must hand every sample owed and no more than
-// those pending; after a final flush with faults off nothing owed is left;
+// every outcome of a call it admitted (but a sparse environment that
+// learnt of the watch by failing may start at the next bucket, see
+// relReportsModel.call); a store fault drops what was pending, and so
+// does an idle longer than the rolling window. Every Report that carries
+// counts must hand every sample owed and no more than those pending; after a final flush with faults off nothing owed is left;
 // and every bucket holds what the Reports applied (as in
 // TestReliabilityBreakerProperty).
 func TestReliabilityBreakerReportsProperty(t *testing.T) {
