@@ -236,9 +236,23 @@ func (b *Breaker) countsEveryCallLocked(now time.Time, k int64) bool {
 // to one bucket width if it failed within one, and its first report covers
 // its first report interval of sampling whole, whatever the pattern of the
 // failures within it. An environment whose calls are further apart needs
-// neither (each of its reports covers one call, at a moment no failure
-// chose) and starts at once: holding its sample until its next call would
-// cost a sparse fleet the samples its trip needs. Adaptive throttling
+// neither (each of its reports covers one call) and starts at once:
+// holding its sample until its next call would cost a sparse fleet the
+// samples its trip needs. Its sampling still starts at a moment its
+// failure chose, and its next calls follow it (calls queued behind the
+// failure, or behind a retry's wait of about the partner's period), so
+// the environments that learn in the failing end of a second sample that
+// end of it first: in cmd/outagesim's Lambda fleet (1 call a second, most
+// environments under a call per report interval) those learning in each
+// second of a partial outage (40% of first attempts failing) added
+// failures only, and the hard stop opened about 2 s in. So once the
+// watch has a complete bucket with counts, such an environment that
+// failed within a bucket samples from the start of the next bucket: the
+// environments that sample are then the same over every bucket after the
+// watch's first. Those that learn in the watch's first bucket still start
+// at once: the fleet's trip in a major outage is decided there (the
+// watch's first bucket covers its failing end only, for a partial outage
+// too: see docs/ARCHITECTURE.md). Adaptive throttling
 // always takes the delay and the first window: it starts on the fleet's
 // first seconds of counts and must tell a major outage from a partial one
 // there; and an adaptive environment that is back from a retry's wait
@@ -249,10 +263,16 @@ func (b *Breaker) drawSampleFromLocked(now time.Time) {
 	w := b.s.Window / FleetSlots
 	if !b.s.Adaptive {
 		local := b.win.rolling(b.win.number(now.UnixNano()))
+		failed := !b.lastFailure.IsZero() && now.Sub(b.lastFailure) < w
 		if time.Duration(local.Requests)*b.s.reportInterval < b.s.Window {
+			if failed && b.countedBeforeLocked(now) {
+				// Learnt at a moment a failure chose, after the watch's
+				// first bucket: sample from the next bucket on.
+				b.sampleFrom = time.UnixMilli((b.bucketOf(now) + 1) * w.Milliseconds())
+			}
 			return // fewer than one call per report interval
 		}
-		if b.lastFailure.IsZero() || now.Sub(b.lastFailure) >= w {
+		if !failed {
 			b.firstDone = false
 			return
 		}
@@ -398,6 +418,18 @@ func (b *Breaker) pendStartLocked(now time.Time) {
 	if b.pend.first == 0 {
 		b.pend.first = cur
 	}
+}
+
+// countedBeforeLocked reports whether a complete bucket of the rolling
+// window ending at now has counts in the snapshot held.
+func (b *Breaker) countedBeforeLocked(now time.Time) bool {
+	cur := b.bucketOf(now)
+	for _, bk := range b.snap.Buckets {
+		if bk.Num > cur-FleetSlots && bk.Num < cur && bk.Requests > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // samplingFactorLocked returns k: one call in k is sampled, each counting

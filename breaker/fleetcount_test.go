@@ -528,3 +528,50 @@ func TestFleetFirstWindowOfABusyEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// A sparse environment (under a call per report interval) that learns of
+// the fleet's watch from a failure of its own samples at once while the
+// watch is in its first bucket, but once an earlier bucket holds counts it
+// samples from the start of the next bucket: it learnt at a moment its
+// failure chose (the failing end of a partner's second), and sampling from
+// there, every second's newly learning environments over-counted its
+// failing end (cmd/outagesim's Lambda fleet opened the hard stop on a
+// partial outage). One that learns at a call that did not fail samples at
+// once.
+func TestFleetSparseLearnerSamplesFromTheNextBucket(t *testing.T) {
+	store := newFakeStore()
+	starter := newEnv(t, store, "starter", nil)
+	first := newEnv(t, store, "first", nil)
+	late := newEnv(t, store, "late", nil)
+	quiet := newEnv(t, store, "quiet", nil)
+	for _, e := range []env{first, late} {
+		invoke(t, e, t0, breaker.Success) // each caches a quiet fleet
+	}
+	at := t0.Add(defaultWindow)
+	invoke(t, starter, at, breaker.Failure) // the alarm: the fleet watches
+	invoke(t, first, at.Add(time.Millisecond), breaker.Failure)
+	before := store.reports.Load()
+	invoke(t, first, at.Add(100*time.Millisecond), breaker.Success)
+	if store.reports.Load() != before+1 {
+		t.Fatal("in the watch's first bucket, a sparse environment that learnt of it by failing did not report its next call at once")
+	}
+
+	// The bucket of `at` now holds counts.
+	next := at.Add(2 * time.Second)
+	invoke(t, late, next.Add(-300*time.Millisecond), breaker.Failure)
+	before = store.reports.Load()
+	invoke(t, late, next.Add(-200*time.Millisecond), breaker.Failure)
+	if store.reports.Load() != before {
+		t.Fatal("a sparse environment that learnt of the watch by failing sampled a call in the same bucket")
+	}
+	invoke(t, late, next.Add(100*time.Millisecond), breaker.Success)
+	if store.reports.Load() != before+1 {
+		t.Fatal("a sparse environment that learnt of the watch by failing did not sample from the next bucket on")
+	}
+
+	before = store.reports.Load()
+	invoke(t, quiet, next.Add(500*time.Millisecond), breaker.Success) // its first read finds the watch
+	if store.reports.Load() != before+1 {
+		t.Fatal("a sparse environment that learnt of the watch at a successful call did not sample it")
+	}
+}
