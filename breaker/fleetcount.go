@@ -113,6 +113,11 @@ func (b *Breaker) Flush(ctx context.Context, now time.Time) error {
 	return b.runReport(ctx, j)
 }
 
+// bucketStart returns when fleet bucket n begins (bucketOf's inverse).
+func (b *Breaker) bucketStart(n int64) time.Time {
+	return time.UnixMilli(n * (b.s.Window.Milliseconds() / FleetSlots))
+}
+
 // bucketOf returns the number of the fleet bucket now falls in: Unix
 // milliseconds divided by the bucket width, floored.
 func (b *Breaker) bucketOf(now time.Time) int64 {
@@ -268,7 +273,7 @@ func (b *Breaker) drawSampleFromLocked(now time.Time) {
 			if failed && b.countedBeforeLocked(now) {
 				// Learnt at a moment a failure chose, after the watch's
 				// first bucket: sample from the next bucket on.
-				b.sampleFrom = time.UnixMilli((b.bucketOf(now) + 1) * w.Milliseconds())
+				b.sampleFrom = b.bucketStart(b.bucketOf(now) + 1)
 			}
 			return // fewer than one call per report interval
 		}
