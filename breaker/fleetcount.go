@@ -332,7 +332,7 @@ func (b *Breaker) emptyPendingLocked(now time.Time, saw bool) pending {
 	}
 	cur := b.bucketOf(now)
 	w := b.s.Window / FleetSlots
-	return pending{sawFailure: saw, first: cur, piece: now.Sub(time.UnixMilli(cur*w.Milliseconds())) > w/10}
+	return pending{sawFailure: saw, first: cur, piece: now.Sub(b.bucketStart(cur)) > w/10}
 }
 
 // firstOpenLocked reports whether this environment's first window of the
