@@ -183,6 +183,59 @@ func TestPartnerCapacity(t *testing.T) {
 	}
 }
 
+// slotEnv makes one attempt per call and records, per slot of the
+// partner's, how many it served.
+type slotEnv struct {
+	clock  *Clock
+	slot   time.Duration
+	served map[int64]int
+}
+
+func (e slotEnv) Call(ctx context.Context, op func(context.Context, int) error) error {
+	at := e.clock.Elapsed()
+	err := op(ctx, 1)
+	if err == nil {
+		e.served[int64(at/e.slot)]++
+	}
+	return err
+}
+
+func (slotEnv) Flush(context.Context) error { return nil }
+
+// A partner with a Slot serves Capacity × Slot / 1 s attempts per slot, first
+// come first served, so it turns calls away within a second that stays under
+// Capacity when they bunch up.
+func TestPartnerCapacitySlot(t *testing.T) {
+	const slot = 100 * time.Millisecond
+	served := map[int64]int{}
+	st := StrategyFunc(func(spec EnvSpec) (Env, error) {
+		return slotEnv{clock: spec.Clock, slot: slot, served: served}, nil
+	})
+	// 100 calls/s against 100/s, 10 per slot: the slots that get more than
+	// 10 turn some away.
+	r := run(t, Config{Seed: 3, Strategy: st, Envs: 10, CallsPerWindow: 100, Concurrency: -1,
+		Partner: Partner{Phases: []Phase{{Capacity: 100, Slot: slot}}}, Duration: 30 * time.Second})
+	full := 0
+	for n, k := range served {
+		if k > 10 {
+			t.Fatalf("slot %d served %d attempts; want at most 10 (Capacity × Slot)", n, k)
+		}
+		if k == 10 {
+			full++
+		}
+	}
+	var turnedAway int64
+	for i, s := range r.Seconds {
+		if i < 30 && s.Attempts-s.FailedAttempts > 100 {
+			t.Fatalf("second %d served %d attempts; want at most the capacity, 100", i, s.Attempts-s.FailedAttempts)
+		}
+		turnedAway += s.FailedAttempts
+	}
+	if full == 0 || turnedAway == 0 {
+		t.Fatalf("%d slots served their 10, %d attempts turned away; want some of each at the capacity's mean rate", full, turnedAway)
+	}
+}
+
 func TestPartnerHealAt(t *testing.T) {
 	for _, tc := range []struct {
 		p    Partner
@@ -290,6 +343,9 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Strategy: NoBudget(), Envs: 1, CallsPerWindow: 1, Start: DefaultStart.Add(time.Second)}, "Start"},
 		{Config{Strategy: NoBudget(), Envs: 1, CallsPerWindow: 1, Partner: Failing(1.5, 0, 0)}, "FailureRatio"},
 		{Config{Strategy: NoBudget(), Envs: 1, CallsPerWindow: 1, Partner: Partner{Phases: []Phase{{From: time.Second}, {From: 0}}}}, "before"},
+		{Config{Strategy: NoBudget(), Envs: 1, CallsPerWindow: 1, Partner: Partner{Phases: []Phase{{Capacity: 100, Slot: -time.Second}}}}, "Slot"},
+		{Config{Strategy: NoBudget(), Envs: 1, CallsPerWindow: 1, Partner: Partner{Phases: []Phase{{Capacity: 100, Slot: 2 * time.Second}}}}, "Slot"},
+		{Config{Strategy: NoBudget(), Envs: 1, CallsPerWindow: 1, Partner: Partner{Phases: []Phase{{Capacity: 4, Slot: 100 * time.Millisecond}}}}, "Slot"},
 		{Config{Strategy: Herdguard{Global: &budget.GlobalConfig{Window: time.Minute}}, Envs: 1, CallsPerWindow: 1}, "Window"},
 	} {
 		_, err := Run(tc.cfg)

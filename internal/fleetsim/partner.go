@@ -46,6 +46,13 @@ type Phase struct {
 	// simulated second, first come first served; later arrivals in that
 	// second are rejected with 503 and Retry-After. 0: no limit.
 	Capacity int
+	// Slot, if positive, spreads Capacity over slots of this length, at
+	// most a second: Capacity × Slot / 1 s attempts (rounded; at least
+	// one) are served per slot, first come first served, and later
+	// arrivals in that slot rejected as above: a smoother limit than a
+	// whole second's, which turns calls away when they bunch up within a
+	// second that stays under Capacity. 0: a second.
+	Slot time.Duration
 }
 
 // Healthy reports whether the phase fails nothing by itself: no failure
@@ -81,6 +88,10 @@ func (p Partner) validate() error {
 			return fmt.Errorf("Partner.Phases[%d].FailureRatio is %v; want a probability in [0, 1]", i, ph.FailureRatio)
 		case ph.Capacity < 0:
 			return fmt.Errorf("Partner.Phases[%d].Capacity is %d; want at least 0 (0: no limit)", i, ph.Capacity)
+		case ph.Slot < 0 || ph.Slot > time.Second:
+			return fmt.Errorf("Partner.Phases[%d].Slot is %v; want 0 (a second) up to a second", i, ph.Slot)
+		case ph.Slot > 0 && ph.Capacity > 0 && math.Round(float64(ph.Capacity)*ph.Slot.Seconds()) < 1:
+			return fmt.Errorf("Partner.Phases[%d]: Capacity × Slot (%d/s × %v) is under one attempt per slot", i, ph.Capacity, ph.Slot)
 		case ph.From < 0:
 			return fmt.Errorf("Partner.Phases[%d].From is %v; want at least 0", i, ph.From)
 		case i > 0 && ph.From < p.Phases[i-1].From:
@@ -188,12 +199,17 @@ func (p *partner) attempt(ctx context.Context, e *env, n int) error {
 	ph := p.phase(t)
 	var err error
 	if ph.Capacity > 0 {
-		sec := int64(t / time.Second)
+		slot, limit := time.Second, ph.Capacity
+		if ph.Slot > 0 {
+			slot = ph.Slot
+			limit = int(math.Round(float64(ph.Capacity) * slot.Seconds()))
+		}
+		sec := int64(t / slot)
 		if sec != p.secondOf {
 			p.secondOf, p.perSecond = sec, 0
 		}
 		p.perSecond++
-		if p.perSecond > ph.Capacity {
+		if p.perSecond > limit {
 			err = p.rejected
 		}
 	}
