@@ -209,6 +209,9 @@ func (b *Breaker) admitShareLocked(now time.Time) float64 {
 					return 1
 				}
 				estimate = math.Max(estimate, float64(bk.Successes)/float64(bk.Requests))
+				if i == 1 {
+					return b.restOfBucketLocked(now, &at, estimate)
+				}
 			}
 			break
 		}
@@ -220,6 +223,34 @@ func (b *Breaker) admitShareLocked(now time.Time) float64 {
 	}
 	share := math.Min(k*estimate, 2*prev)
 	return math.Min(1, math.Max(adaptiveMinAdmit, share))
+}
+
+// restOfBucketLocked returns the share the fleet admits for the rest of
+// now's bucket after a failure cancelled a verdict of the bucket before
+// (a probe that saw no failure): every call went from this bucket's start
+// until the failure, and what was admitted then counts against the
+// bucket's share, estimate × the calls a bucket holds (the most of the
+// four buckets before counted), the rest spread over the rest of the
+// bucket, at least adaptiveMinAdmit and at most what the law admits in
+// the bucket. A partner that serves its capacity per second, first come,
+// first served, served all of it to those calls, so the rest of the
+// bucket would be turned away; a smoother one turns calls away at once,
+// and few were admitted by then. See "Adaptive throttling" in
+// docs/ARCHITECTURE.md.
+func (b *Breaker) restOfBucketLocked(now time.Time, at *[FleetSlots]Bucket, estimate float64) float64 {
+	k := adaptiveBaseHeadroom
+	if probeBucket(b.bucketOf(now)) {
+		k = adaptiveProbeHeadroom
+	}
+	var calls int64
+	for _, bk := range at[1:5] {
+		calls = max(calls, bk.Requests)
+	}
+	w := b.s.Window / FleetSlots
+	left := 1 - float64(now.Sub(b.bucketStart(b.bucketOf(now))))/float64(w)
+	budget := estimate*float64(calls) - float64(at[0].Successes+at[0].Failures)
+	share := budget / (float64(calls) * math.Max(left, 0.05))
+	return math.Max(adaptiveMinAdmit, math.Min(k*estimate, share))
 }
 
 // failingShare returns the share of b's outcomes that failed (0 without

@@ -83,8 +83,17 @@ func TestAdaptiveLaw(t *testing.T) {
 		{"probe bucket: 1.175 × that", true, false, measured(saturated), 1.175 * 0.3},
 		{"a probe above the estimate saw no failure, nor has anything since: every call", false, false,
 			measured([3]int64{100, 30, 0}, [3]int64{1000, 350, 0}), 1},
-		{"a probe saw no failure but calls fail since: the estimate rises to its accepted share", false, false,
-			measured([3]int64{300, 150, 100}, [3]int64{1000, 350, 0}), 0.35},
+		// In the bucket after a probe that saw no failure every call went
+		// until one failed; for the rest of it (half, here) the fleet
+		// admits what is left of the bucket's share, 0.35 × 1,000 calls.
+		{"a verdict's bucket turned calls away after 360 admitted: nothing left of its 350, the floor", false, false,
+			measured([3]int64{400, 320, 40}, [3]int64{1000, 350, 0}), 0.02},
+		{"a verdict's bucket turned calls away after 250 admitted: 100 left over 500 calls", false, false,
+			measured([3]int64{300, 150, 100}, [3]int64{1000, 350, 0}), 0.2},
+		{"a verdict's bucket turned calls away after 20 admitted (a smoother partner): the raised estimate", false, false,
+			measured([3]int64{20, 5, 15}, [3]int64{1000, 350, 0}), 0.35},
+		{"a probe saw no failure, but calls failed in a bucket since: the estimate rises to its accepted share", true, false,
+			measured([3]int64{300, 100, 20}, [3]int64{1000, 300, 200}, [3]int64{1000, 350, 0}), 1.175 * 0.35},
 		{"a probe with fewer than 50 outcomes says nothing", false, false,
 			measured([3]int64{100, 30, 0}, [3]int64{1000, 40, 0}), 0.3},
 		{"a probe that saw no failure without a measured estimate before it (throttling just began): a lower bound", false, false,
