@@ -114,7 +114,9 @@ func probeBucket(n int64) bool { return n%2 != 0 }
 //     capacity, since the estimate trailed, or whose few failures the
 //     sample missed, made the fleet admit every call, and the partner
 //     turned calls away at once), the estimate is raised to the probe's
-//     accepted share instead.
+//     accepted share instead; if that failure came in the bucket right after the
+//     probe, the calls admitted in it count against its share for the
+//     rest of it (restOfBucketLocked).
 //   - Otherwise the fleet admits adaptiveProbeHeadroom × the estimate in
 //     probe buckets and adaptiveBaseHeadroom × it in base buckets, at
 //     most 2 × prev, at least adaptiveMinAdmit.
