@@ -114,9 +114,9 @@ func probeBucket(n int64) bool { return n%2 != 0 }
 //     capacity, since the estimate trailed, or whose few failures the
 //     sample missed, made the fleet admit every call, and the partner
 //     turned calls away at once), the estimate is raised to the probe's
-//     accepted share instead; if that failure came in the bucket right after the
-//     probe, the calls admitted in it count against its share for the
-//     rest of it (restOfBucketLocked).
+//     accepted share instead; if that failure came in the bucket right
+//     after the probe, the calls admitted in it count against its share
+//     for the rest of it (restOfBucketLocked).
 //   - Otherwise the fleet admits adaptiveProbeHeadroom × the estimate in
 //     probe buckets and adaptiveBaseHeadroom × it in base buckets, at
 //     most 2 × prev, at least adaptiveMinAdmit.
@@ -247,6 +247,11 @@ func (b *Breaker) restOfBucketLocked(now time.Time, at *[FleetSlots]Bucket, esti
 	var calls int64
 	for _, bk := range at[1:5] {
 		calls = max(calls, bk.Requests)
+	}
+	if calls <= 0 {
+		// Not met (the probe before has counts); it keeps a zero out
+		// of the division below.
+		return k * estimate
 	}
 	w := b.s.Window / FleetSlots
 	left := 1 - float64(now.Sub(b.bucketStart(b.bucketOf(now))))/float64(w)

@@ -156,15 +156,16 @@ type partner struct {
 	rng        *rand.Rand
 	clock      *Clock
 	rec        *recorder
-	secondOf   int64 // start of the second whose arrivals perSecond counts
-	perSecond  int   // arrivals in that second
+	slotLen    time.Duration // the length of the capacity's slots (a second unless Phase.Slot)
+	slotOf     int64         // the number of the slot whose arrivals inSlot counts
+	inSlot     int           // arrivals in that slot
 	healAt     time.Duration
 	phaseIndex int // index of the phase in force, moving forward only
 }
 
 func newPartner(cfg Partner, seed uint64, clock *Clock, rec *recorder) *partner {
 	p := &partner{cfg: cfg, latency: cfg.Latency, rng: rand.New(rand.NewPCG(seed, streamPartner)),
-		clock: clock, rec: rec, secondOf: -1, healAt: cfg.HealAt(), phaseIndex: -1}
+		clock: clock, rec: rec, slotOf: -1, healAt: cfg.HealAt(), phaseIndex: -1}
 	if p.latency == 0 {
 		p.latency = DefaultLatency
 	}
@@ -204,12 +205,11 @@ func (p *partner) attempt(ctx context.Context, e *env, n int) error {
 			slot = ph.Slot
 			limit = int(math.Round(float64(ph.Capacity) * slot.Seconds()))
 		}
-		sec := int64(t / slot)
-		if sec != p.secondOf {
-			p.secondOf, p.perSecond = sec, 0
+		if n := int64(t / slot); n != p.slotOf || slot != p.slotLen {
+			p.slotLen, p.slotOf, p.inSlot = slot, n, 0
 		}
-		p.perSecond++
-		if p.perSecond > limit {
+		p.inSlot++
+		if p.inSlot > limit {
 			err = p.rejected
 		}
 	}
