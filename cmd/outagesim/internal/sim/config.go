@@ -27,6 +27,7 @@ type Config struct {
 	OutageCapacity int           // calls served per simulated second during the outage
 	OutageStart    time.Duration // whole seconds from the start
 	OutageLength   time.Duration // whole seconds
+	CapacitySlot   time.Duration // capacity enforced per slot of this length, a whole fraction of a second (0 = per second)
 	RejectStatus   int           // 503 or 429
 	RetryAfter     time.Duration // hint sent with rejections; 0 = none
 	Latency        time.Duration // partner service time (simulated)
@@ -239,7 +240,7 @@ func (c Config) OneAtATime() bool { return c.ScaleOut || c.Fleet == FleetLambda 
 
 // Schedule returns the partner's capacity schedule.
 func (c Config) Schedule() Schedule {
-	return Schedule{Normal: c.Capacity, Outage: c.OutageCapacity, OutageStart: c.OutageStart, OutageLength: c.OutageLength}
+	return Schedule{Normal: c.Capacity, Outage: c.OutageCapacity, OutageStart: c.OutageStart, OutageLength: c.OutageLength, Slot: c.CapacitySlot}
 }
 
 // Seconds returns the number of whole simulated seconds new calls start in.
@@ -305,6 +306,9 @@ func (c Config) Validate() error {
 	}
 	if c.OutageCapacity < 0 {
 		bad("outage-capacity", "%d is negative", c.OutageCapacity)
+	}
+	if sl := c.CapacitySlot; sl < 0 || sl > time.Second || (sl > 0 && (sl < time.Millisecond || time.Second%sl != 0)) {
+		bad("capacity-slot", "%v must be 0 (per second) or a whole fraction of a second, at least 1ms", sl)
 	}
 	wholeSeconds("outage-start", c.OutageStart, true)
 	wholeSeconds("outage-length", c.OutageLength, false)

@@ -59,6 +59,7 @@ func ParseFlags(name string, args []string, errOut io.Writer) (Options, error) {
 		"%s (it keeps half: 25%% of first attempts and about 30%% of the attempts a 10%% budget lets through fail, under the breaker's 50%%, which should stay closed); "+
 		"sets -outage-capacity", OutageMajor, OutagePartial))
 	fs.IntVar(&c.OutageCapacity, "outage-capacity", c.OutageCapacity, "calls the partner serves per simulated second during the outage; -outage sets it from -capacity")
+	fs.DurationVar(&c.CapacitySlot, "capacity-slot", c.CapacitySlot, "enforce -capacity and -outage-capacity per slot of this length, a whole fraction of a second (e.g. 100ms: a tenth of the capacity per 100 ms, which turns calls away when they bunch up; 0 = per second)")
 	fs.DurationVar(&c.OutageStart, "outage-start", c.OutageStart, "start of the outage (whole seconds)")
 	fs.DurationVar(&c.OutageLength, "outage-length", c.OutageLength, "length of the outage (whole seconds)")
 	fs.IntVar(&c.RejectStatus, "reject-status", c.RejectStatus, "status of calls beyond capacity: 503 or 429")

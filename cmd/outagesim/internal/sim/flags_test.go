@@ -43,7 +43,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 func TestParseFlagsSetsEveryField(t *testing.T) {
 	args := []string{
 		"-fleet", "lambda", "-envs", "10", "-rate", "200", "-duration", "30s", "-scale-out", "-max-envs", "400", "-scale-rate", "7",
-		"-capacity", "300", "-outage-capacity", "100", "-outage-start", "5s", "-outage-length", "10s",
+		"-capacity", "300", "-outage-capacity", "100", "-outage-start", "5s", "-outage-length", "10s", "-capacity-slot", "100ms",
 		"-reject-status", "429", "-retry-after", "2s", "-latency", "5ms", "-slowdown", "50ms",
 		"-attempts", "4", "-transient-base", "20ms", "-throttling-base", "500ms", "-max-delay", "5s",
 		"-bucket-capacity", "100", "-transient-cost", "10", "-throttling-cost", "2",
@@ -60,7 +60,7 @@ func TestParseFlagsSetsEveryField(t *testing.T) {
 	}
 	want := Config{
 		Fleet: FleetLambda, Envs: 10, Rate: 200, Duration: 30 * time.Second, ScaleOut: true, MaxEnvs: 400, ScaleRate: 7,
-		Capacity: 300, OutageCapacity: 100, OutageStart: 5 * time.Second, OutageLength: 10 * time.Second,
+		Capacity: 300, OutageCapacity: 100, OutageStart: 5 * time.Second, OutageLength: 10 * time.Second, CapacitySlot: 100 * time.Millisecond,
 		RejectStatus: http.StatusTooManyRequests, RetryAfter: 2 * time.Second, Latency: 5 * time.Millisecond,
 		Slowdown: 50 * time.Millisecond, Attempts: 4, TransientBase: 20 * time.Millisecond,
 		ThrottlingBase: 500 * time.Millisecond, MaxDelay: 5 * time.Second,
@@ -91,6 +91,9 @@ func TestParseFlagsRejects(t *testing.T) {
 		{[]string{"-outage-start", "50s", "-outage-length", "20s"}, "ends after -duration"},
 		{[]string{"-outage-length", "0s"}, "-outage-length"},
 		{[]string{"-capacity", "-1"}, "-capacity"},
+		{[]string{"-capacity-slot", "300ms"}, "-capacity-slot: 300ms must be 0 (per second) or a whole fraction of a second"},
+		{[]string{"-capacity-slot", "2s"}, "-capacity-slot"},
+		{[]string{"-capacity-slot", "-100ms"}, "-capacity-slot"},
 		{[]string{"-reject-status", "500"}, "503 or 429"},
 		{[]string{"-attempts", "0"}, "-attempts"},
 		{[]string{"-ratio", "0"}, "-ratio"},

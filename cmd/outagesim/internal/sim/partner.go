@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -39,6 +40,12 @@ type Schedule struct {
 	Outage       int
 	OutageStart  time.Duration
 	OutageLength time.Duration
+	// Slot, if positive and under a second, is the period capacity is
+	// enforced over: each Slot of a second serves the second's capacity ×
+	// Slot / 1 s calls (rounded, at least one if the capacity is not 0),
+	// first come first served, a smoother limit that turns calls away when
+	// they bunch up within a second under its capacity. 0: a second.
+	Slot time.Duration
 }
 
 // Validate checks that capacities are not negative and that the outage
@@ -54,6 +61,8 @@ func (s Schedule) Validate() error {
 		return fmt.Errorf("outage start %v must be a non-negative whole number of seconds", s.OutageStart)
 	case s.OutageLength < 0 || s.OutageLength%time.Second != 0:
 		return fmt.Errorf("outage length %v must be a non-negative whole number of seconds", s.OutageLength)
+	case s.Slot < 0 || s.Slot > time.Second || (s.Slot > 0 && (s.Slot < time.Millisecond || time.Second%s.Slot != 0)):
+		return fmt.Errorf("capacity slot %v must be 0 (a second) or a whole fraction of a second, at least 1ms", s.Slot)
 	}
 	return nil
 }
@@ -71,6 +80,15 @@ func (s Schedule) Capacity(sec int) int {
 		return s.Outage
 	}
 	return s.Normal
+}
+
+// slotCapacity returns the calls one Slot of second sec serves.
+func (s Schedule) slotCapacity(sec int) int64 {
+	c := s.Capacity(sec)
+	if c == 0 {
+		return 0
+	}
+	return max(1, int64(math.Round(float64(c)*s.Slot.Seconds())))
 }
 
 // PartnerConfig configures a Partner.
@@ -107,6 +125,7 @@ type Second struct {
 type secondCounters struct {
 	arrivals      atomic.Int64
 	firstAttempts atomic.Int64
+	served        atomic.Int64
 }
 
 // Slot is what the partner saw in one SlotLength of simulated time.
@@ -141,8 +160,9 @@ type lagCounters struct {
 }
 
 // Partner is the overloaded partner API: a net/http handler that serves at
-// most Schedule.Capacity(s) calls in simulated second s and rejects the
-// rest with RejectStatus and Retry-After.
+// most Schedule.Capacity(s) calls in simulated second s (spread over
+// Schedule.Slot if it is under a second) and rejects the rest with
+// RejectStatus and Retry-After.
 //
 // Admission is exact: arrivals in a second are numbered by one atomic
 // counter, and arrival n is served if and only if n ≤ capacity, so a second
@@ -155,6 +175,7 @@ type Partner struct {
 	start   time.Time         // simulated time of second 0
 	seconds []secondCounters
 	slots   []slotCounters // SlotLength each, over the same span as seconds
+	admit   []atomic.Int64 // arrivals per Schedule.Slot, over the same span, when it is under a second
 	lag     lagCounters
 }
 
@@ -187,8 +208,12 @@ func NewInprocPartner(clock TimeSource, start time.Time, cfg PartnerConfig) (*Pa
 	case cfg.Slowdown < 0:
 		return nil, fmt.Errorf("sim: partner: Slowdown %v is negative", cfg.Slowdown)
 	}
-	return &Partner{cfg: cfg, clock: clock, epoch: start, start: start, seconds: make([]secondCounters, cfg.Seconds),
-		slots: make([]slotCounters, cfg.Seconds*int(time.Second/SlotLength))}, nil
+	p := &Partner{cfg: cfg, clock: clock, epoch: start, start: start, seconds: make([]secondCounters, cfg.Seconds),
+		slots: make([]slotCounters, cfg.Seconds*int(time.Second/SlotLength))}
+	if sl := cfg.Schedule.Slot; sl > 0 && sl < time.Second {
+		p.admit = make([]atomic.Int64, cfg.Seconds*int(time.Second/sl))
+	}
+	return p, nil
 }
 
 // Decision is the partner's answer to one arrival.
@@ -209,6 +234,12 @@ func (p *Partner) Admit(now time.Time, first bool) Decision {
 	}
 	capacity := int64(p.cfg.Schedule.Capacity(sec))
 	d := Decision{Second: sec, Served: n <= capacity, Latency: p.cfg.Latency}
+	if p.admit != nil {
+		d.Served = p.admit[p.admitSlotOf(now)].Add(1) <= p.cfg.Schedule.slotCapacity(sec)
+	}
+	if d.Served {
+		c.served.Add(1)
+	}
 	slot := &p.slots[p.slotOf(now)]
 	slot.arrivals.Add(1)
 	if !d.Served {
@@ -230,6 +261,15 @@ func (p *Partner) secondOf(now time.Time) int {
 		return 0
 	}
 	return min(int(el/time.Second), len(p.seconds)-1)
+}
+
+// admitSlotOf returns the index of now's Schedule.Slot in p.admit.
+func (p *Partner) admitSlotOf(now time.Time) int {
+	el := now.Sub(p.start)
+	if el < 0 {
+		return 0
+	}
+	return min(int(el/p.cfg.Schedule.Slot), len(p.admit)-1)
 }
 
 func (p *Partner) slotOf(now time.Time) int {
@@ -289,7 +329,7 @@ func (p *Partner) Seconds() []Second {
 		out[i] = Second{
 			Arrivals:      a,
 			FirstAttempts: p.seconds[i].firstAttempts.Load(),
-			Served:        min(a, int64(p.cfg.Schedule.Capacity(i))),
+			Served:        p.seconds[i].served.Load(),
 		}
 	}
 	return out

@@ -48,6 +48,10 @@ func TestScheduleValidate(t *testing.T) {
 		{OutageStart: 1500 * time.Millisecond, OutageLength: time.Second},
 		{OutageStart: time.Second, OutageLength: 500 * time.Millisecond},
 		{OutageStart: -time.Second, OutageLength: time.Second},
+		{Slot: 300 * time.Millisecond},
+		{Slot: 2 * time.Second},
+		{Slot: -time.Millisecond},
+		{Slot: time.Microsecond},
 	} {
 		if err := s.Validate(); err == nil {
 			t.Errorf("%+v: no error", s)
@@ -134,6 +138,34 @@ func TestPartnerAdmitFirstComeFirstServed(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("served = %v, want %v", got, want)
 		}
+	}
+}
+
+// With Schedule.Slot, each slot of a second serves its share of the
+// second's capacity, first come first served: calls that bunch up in one
+// slot are turned away though the second stays under its capacity.
+func TestPartnerAdmitPerSlot(t *testing.T) {
+	p := newTestPartner(t, PartnerConfig{Schedule: Schedule{Normal: 20, Outage: 5, OutageStart: time.Second, OutageLength: time.Second, Slot: 100 * time.Millisecond}, Seconds: 3, RejectStatus: 429})
+	var got []bool
+	// Second 0: 2 per 100 ms. Three arrive in its first slot, one in its
+	// second: 3 of 4 served, where a per-second limit of 20 serves all.
+	for _, at := range []time.Duration{0, 10 * time.Millisecond, 20 * time.Millisecond, 150 * time.Millisecond} {
+		got = append(got, p.Admit(testStart.Add(at), true).Served)
+	}
+	// Second 1 (the outage): 5/s rounds to 1 per 100 ms (0.5, half away
+	// from zero).
+	for _, at := range []time.Duration{time.Second, time.Second + time.Millisecond, time.Second + 900*time.Millisecond} {
+		got = append(got, p.Admit(testStart.Add(at), true).Served)
+	}
+	want := []bool{true, true, false, true, true, false, true}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("served = %v, want %v", got, want)
+		}
+	}
+	secs := p.Seconds()
+	if secs[0].Arrivals != 4 || secs[0].Served != 3 || secs[1].Arrivals != 3 || secs[1].Served != 2 {
+		t.Fatalf("seconds %+v, want 3 of 4 and 2 of 3 served", secs[:2])
 	}
 }
 

@@ -331,6 +331,7 @@ type ReportConfig struct {
 	OutageCapacity  int      `json:"outage_capacity"`
 	OutageStart     Duration `json:"outage_start_seconds"`
 	OutageLength    Duration `json:"outage_length_seconds"`
+	CapacitySlot    Duration `json:"capacity_slot_seconds,omitempty"` // -capacity-slot
 	RejectStatus    int      `json:"reject_status"`
 	RetryAfter      Duration `json:"retry_after_seconds"`
 	Latency         Duration `json:"latency_seconds"`
@@ -358,7 +359,7 @@ func NewReport(c Config, results []*Result) Report {
 		Fleet: c.Fleet, Outage: c.Outage,
 		Envs: c.Envs, Rate: c.Rate, Duration: Duration(c.Duration), ScaleOut: c.ScaleOut,
 		Capacity: c.Capacity, OutageCapacity: c.OutageCapacity,
-		OutageStart: Duration(c.OutageStart), OutageLength: Duration(c.OutageLength),
+		OutageStart: Duration(c.OutageStart), OutageLength: Duration(c.OutageLength), CapacitySlot: Duration(c.CapacitySlot),
 		RejectStatus: c.RejectStatus, RetryAfter: Duration(c.RetryAfter), Latency: Duration(c.Latency),
 		Slowdown: Duration(c.Slowdown), Attempts: c.Attempts, Ratio: c.Ratio, Window: Duration(c.Window),
 		Seed: c.Seed, Partner: c.Partner, Store: store, FailClosed: c.FailClosed, GlobalWithLocal: c.LocalUnder,
