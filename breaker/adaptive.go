@@ -212,7 +212,7 @@ func (b *Breaker) admitShareLocked(now time.Time) float64 {
 				}
 				estimate = math.Max(estimate, float64(bk.Successes)/float64(bk.Requests))
 				if i == 1 {
-					return b.restOfBucketLocked(now, &at, estimate)
+					return b.restOfBucketLocked(now, cur, &at, estimate)
 				}
 			}
 			break
@@ -228,7 +228,7 @@ func (b *Breaker) admitShareLocked(now time.Time) float64 {
 }
 
 // restOfBucketLocked returns the share the fleet admits for the rest of
-// now's bucket after a failure cancelled a verdict of the bucket before
+// now's bucket, cur, after a failure cancelled a verdict of the bucket before
 // (a probe that saw no failure): every call went from this bucket's start
 // until the failure, and what was admitted then counts against the
 // bucket's share, estimate × the calls a bucket holds (the most of the
@@ -239,9 +239,9 @@ func (b *Breaker) admitShareLocked(now time.Time) float64 {
 // bucket would be turned away; a smoother one turns calls away at once,
 // and few were admitted by then. See "Adaptive throttling" in
 // docs/ARCHITECTURE.md.
-func (b *Breaker) restOfBucketLocked(now time.Time, at *[FleetSlots]Bucket, estimate float64) float64 {
+func (b *Breaker) restOfBucketLocked(now time.Time, cur int64, at *[FleetSlots]Bucket, estimate float64) float64 {
 	k := adaptiveBaseHeadroom
-	if probeBucket(b.bucketOf(now)) {
+	if probeBucket(cur) {
 		k = adaptiveProbeHeadroom
 	}
 	var calls int64
@@ -254,7 +254,7 @@ func (b *Breaker) restOfBucketLocked(now time.Time, at *[FleetSlots]Bucket, esti
 		return k * estimate
 	}
 	w := b.s.Window / FleetSlots
-	left := 1 - float64(now.Sub(b.bucketStart(b.bucketOf(now))))/float64(w)
+	left := 1 - float64(now.Sub(b.bucketStart(cur)))/float64(w)
 	budget := estimate*float64(calls) - float64(at[0].Successes+at[0].Failures)
 	share := budget / (float64(calls) * math.Max(left, 0.05))
 	return math.Max(adaptiveMinAdmit, math.Min(k*estimate, share))
