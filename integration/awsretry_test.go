@@ -271,10 +271,13 @@ func TestAWSRetryerSharedBreaker(t *testing.T) {
 	}
 	var opened atomic.Bool
 	br, err := breaker.New("awsretry-partner", breaker.Settings{
-		MinRequests:  6,
-		Store:        store,
-		CacheTTL:     200 * time.Millisecond,
-		StoreTimeout: 2 * time.Second,
+		MinRequests: 6,
+		Store:       store,
+		CacheTTL:    200 * time.Millisecond,
+		// Generous: a store call that timed out would put the breaker on
+		// its local state machine, and it would open there, not in the
+		// table this test reads (seen under a load of 5 on two cores).
+		StoreTimeout: callTimeout,
 		OnStateChange: func(c breaker.StateChange) {
 			if c.To == breaker.Open {
 				opened.Store(true)
