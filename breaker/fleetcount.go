@@ -250,18 +250,18 @@ func (b *Breaker) countsEveryCallLocked(now time.Time, k int64) bool {
 // end of it first: in cmd/outagesim's Lambda fleet (1 call a second, most
 // environments under a call per report interval) those learning in each
 // second of a partial outage (40% of first attempts failing) added
-// failures only, and the hard stop opened about 2 s in. So once the
-// watch has a complete bucket with counts, such an environment that
-// failed within a bucket samples from the start of the next bucket: the
-// environments that sample are then the same over every bucket after the
-// watch's first. Those that learn in the watch's first bucket still start
-// at once: the fleet's trip in a major outage is decided there (the
-// watch's first bucket covers its failing end only, for a partial outage
-// too: see docs/ARCHITECTURE.md). Adaptive throttling
-// always takes the delay and the first window: it starts on the fleet's
-// first seconds of counts and must tell a major outage from a partial one
-// there; and an adaptive environment that is back from a retry's wait
-// before it asked anything counts the delay again from there
+// failures only, and the hard stop opened about 2 s in. So such an
+// environment that failed within a bucket samples from the start of the
+// next bucket: the environments that sample are then the same over every
+// bucket. That holds in the watch's first bucket too, which would
+// otherwise hold only the failing end of the partner's second from the
+// alarm on (the hard stop opened 1.2–2 s into that partial outage in 5 of
+// seeds 1–20), at a price: a major outage's trip comes up to a second
+// later in a fleet of such environments (docs/ARCHITECTURE.md). Adaptive
+// throttling always takes the delay and the first window: it starts on
+// the fleet's first seconds of counts and must tell a major outage from a
+// partial one there; and an adaptive environment that is back from a
+// retry's wait before it asked anything counts the delay again from there
 // (restartSampleDelayLocked).
 func (b *Breaker) drawSampleFromLocked(now time.Time) {
 	b.sampleFrom, b.firstDone, b.firstAsked = now, true, false
@@ -270,9 +270,9 @@ func (b *Breaker) drawSampleFromLocked(now time.Time) {
 		local := b.win.rolling(b.win.number(now.UnixNano()))
 		failed := !b.lastFailure.IsZero() && now.Sub(b.lastFailure) < w
 		if time.Duration(local.Requests)*b.s.reportInterval < b.s.Window {
-			if failed && b.countedBeforeLocked(now) {
-				// Learnt at a moment a failure chose, after the watch's
-				// first bucket: sample from the next bucket on.
+			if failed {
+				// Learnt at a moment a failure chose: sample from the
+				// next bucket on.
 				b.sampleFrom = b.bucketStart(b.bucketOf(now) + 1)
 			}
 			return // fewer than one call per report interval
@@ -423,18 +423,6 @@ func (b *Breaker) pendStartLocked(now time.Time) {
 	if b.pend.first == 0 {
 		b.pend.first = cur
 	}
-}
-
-// countedBeforeLocked reports whether a complete bucket of the rolling
-// window ending at now has counts in the snapshot held.
-func (b *Breaker) countedBeforeLocked(now time.Time) bool {
-	cur := b.bucketOf(now)
-	for _, bk := range b.snap.Buckets {
-		if bk.Num > cur-FleetSlots && bk.Num < cur && bk.Requests > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // samplingFactorLocked returns k: one call in k is sampled, each counting

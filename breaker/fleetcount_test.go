@@ -101,7 +101,10 @@ func TestFleetSamplingIsDrawnBeforeTheOutcome(t *testing.T) {
 		s.MinRequests = 1000
 		knobs.BreakerReportInterval(s, time.Millisecond)
 	})
-	invoke(t, a, t0, breaker.Failure) // the alarm (no draw: the fleet was quiet)
+	// The alarm (no draw: the fleet was quiet), a bucket before the calls:
+	// an environment that learnt of the watch by failing samples from the
+	// next bucket on.
+	invoke(t, a, t0.Add(-time.Second), breaker.Failure)
 	for i := range 40 {
 		o := breaker.Success
 		if i%4 == 1 {
@@ -480,15 +483,17 @@ func TestFleetSamplingFactorSpansTheWindow(t *testing.T) {
 // per ReportInterval or more, and learns of the fleet's watch by failing,
 // holds its first report until it covers a whole ReportInterval of
 // sampling (its first samples would otherwise all come from the moment
-// the partner fails); one that calls less often reports its sample at once.
+// the partner fails); one that calls less often reports its first sample,
+// made from the next bucket on, at once.
 func TestFleetFirstWindowOfABusyEnvironment(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		calls int // successes over the window before the failure
+		calls int           // successes over the window before the failure
+		next  time.Duration // when, after the failure, its next call goes
 		held  bool
 	}{
-		{"busy", 20, true},
-		{"sparse", 2, false},
+		{"busy", 20, 100 * time.Millisecond, true},
+		{"sparse", 2, 1100 * time.Millisecond, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			store := newFakeStore()
@@ -503,7 +508,7 @@ func TestFleetFirstWindowOfABusyEnvironment(t *testing.T) {
 			// e learnt of the watch by failing; Rand is 0: no delay, every
 			// call sampled.
 			before := store.reports.Load()
-			invoke(t, e, at.Add(100*time.Millisecond), breaker.Success)
+			invoke(t, e, at.Add(c.next), breaker.Success)
 			if held := store.reports.Load() == before; held != c.held {
 				t.Fatalf("first sampled call: report held %v, want %v", held, c.held)
 			}
@@ -530,14 +535,13 @@ func TestFleetFirstWindowOfABusyEnvironment(t *testing.T) {
 }
 
 // A sparse environment (under a call per report interval) that learns of
-// the fleet's watch from a failure of its own samples at once while the
-// watch is in its first bucket, but once an earlier bucket holds counts it
-// samples from the start of the next bucket: it learnt at a moment its
-// failure chose (the failing end of a partner's second), and sampling from
-// there, every second's newly learning environments over-counted its
-// failing end (cmd/outagesim's Lambda fleet opened the hard stop on a
-// partial outage). One that learns at a call that did not fail samples at
-// once.
+// the fleet's watch from a failure of its own samples from the start of
+// the next bucket, in the watch's first bucket as in later ones: it learnt
+// at a moment its failure chose (the failing end of a partner's second),
+// and sampling from there, the newly learning environments over-counted
+// the failing end of every second (cmd/outagesim's Lambda fleet opened
+// the hard stop on partial outages). One that learns at a call that did
+// not fail samples at once.
 func TestFleetSparseLearnerSamplesFromTheNextBucket(t *testing.T) {
 	store := newFakeStore()
 	starter := newEnv(t, store, "starter", nil)
@@ -552,12 +556,16 @@ func TestFleetSparseLearnerSamplesFromTheNextBucket(t *testing.T) {
 	invoke(t, first, at.Add(time.Millisecond), breaker.Failure)
 	before := store.reports.Load()
 	invoke(t, first, at.Add(100*time.Millisecond), breaker.Success)
+	if store.reports.Load() != before {
+		t.Fatal("in the watch's first bucket, a sparse environment that learnt of it by failing sampled a call in the same bucket")
+	}
+	invoke(t, first, at.Add(time.Second+100*time.Millisecond), breaker.Success)
 	if store.reports.Load() != before+1 {
-		t.Fatal("in the watch's first bucket, a sparse environment that learnt of it by failing did not report its next call at once")
+		t.Fatal("a sparse environment that learnt of the watch by failing in its first bucket did not sample from the next bucket on")
 	}
 
-	// The bucket of `at` now holds counts.
-	next := at.Add(2 * time.Second)
+	// A later bucket.
+	next := at.Add(3 * time.Second)
 	invoke(t, late, next.Add(-300*time.Millisecond), breaker.Failure)
 	before = store.reports.Load()
 	invoke(t, late, next.Add(-200*time.Millisecond), breaker.Failure)

@@ -22,11 +22,14 @@ func TestLocalStoreFleetTripsAndRecovers(t *testing.T) {
 	b := newEnv(t, store, "b", nil)
 
 	// a's first failure starts the fleet's watch; b, failing too, reads it
-	// and samples its calls; a's 29 sampled failures, reported a second
-	// later, trip the fleet.
-	calls(t, a.Breaker, t0.Add(-time.Second), breaker.Failure, 30)
+	// and samples its calls; a's 29 sampled failures of the next bucket
+	// (an environment that learnt of the watch by failing samples from
+	// there), the first reported at once and the rest a second later, trip
+	// the fleet.
+	calls(t, a.Breaker, t0.Add(-2*time.Second), breaker.Failure, 1)
+	calls(t, a.Breaker, t0.Add(-time.Second), breaker.Failure, 29)
 	calls(t, b.Breaker, t0.Add(-time.Second), breaker.Failure, 1)
-	wantState(t, a.Breaker, t0.Add(-time.Second), breaker.Closed) // nothing reported yet but the alarm
+	wantState(t, a.Breaker, t0.Add(-time.Second), breaker.Closed) // one sample reported, under MinRequests
 	flushAt(t, a.Breaker, t0)
 	wantState(t, a.Breaker, t0, breaker.Open)
 
@@ -85,8 +88,9 @@ func TestLocalStoreLostProbeLeaseLapses(t *testing.T) {
 	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.ProbeLease = 3 * time.Second })
 	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.ProbeLease = 3 * time.Second })
 	calls(t, b.Breaker, t0, breaker.Success, 1)
-	calls(t, a.Breaker, t0, breaker.Failure, 21)
-	flushAt(t, a.Breaker, t0.Add(time.Second)) // a alone trips
+	calls(t, a.Breaker, t0.Add(-time.Second), breaker.Failure, 1) // the alarm
+	calls(t, a.Breaker, t0, breaker.Failure, 20)                  // sampled from this bucket on
+	flushAt(t, a.Breaker, t0.Add(time.Second))                    // a alone trips
 	at := t0.Add(31 * time.Second)
 	if p, err := a.Allow(ctx, at); err != nil || !p.Probe() {
 		t.Fatalf("a: %v, want a probe", err) // then a's environment is lost

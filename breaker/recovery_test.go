@@ -146,6 +146,11 @@ func (s *swapStore) stored(t *testing.T) breaker.Snapshot {
 // (epoch 2) and closed (epoch 3) again, and returns the time of the close.
 func cycleFleet(t *testing.T, store *swapStore, e env) time.Time {
 	t.Helper()
+	// The alarm a bucket before: an environment that learnt of the watch
+	// by failing samples from the next bucket on.
+	if !call(t, e.Breaker, t0.Add(-time.Second), breaker.Failure) {
+		t.Fatal("the first failure was rejected")
+	}
 	for i := range 5 {
 		if !call(t, e.Breaker, t0.Add(time.Duration(i)*2*time.Millisecond), breaker.Failure) {
 			break // the fleet tripped
@@ -185,17 +190,27 @@ func TestSharedStateLostIsFollowed(t *testing.T) {
 
 	store.swap() // DynamoDB Local restarted empty, or c#partner deleted
 	tr, loads := store.transitions.Load(), store.loads.Load()
-	for i := range 10 {
-		now := at.Add(10*time.Millisecond + time.Duration(i)*2*time.Millisecond)
-		if !call(t, a.Breaker, now, breaker.Failure) {
-			break // the fleet tripped
+	// Failures in three buckets: a, which learnt of the fleet's watch by
+	// failing, samples from the next bucket on; its first report there
+	// conflicts with the lost epoch and it follows the store; its next
+	// failure starts a new watch, whose samples begin with the bucket
+	// after.
+	var tripped time.Time
+buckets:
+	for b := range 3 {
+		for i := range 5 {
+			now := at.Add(time.Duration(b)*time.Second + 10*time.Millisecond + time.Duration(i)*2*time.Millisecond)
+			if !call(t, a.Breaker, now, breaker.Failure) {
+				tripped = now // the fleet tripped
+				break buckets
+			}
 		}
 	}
 	st := store.stored(t)
-	if st.State != breaker.Open || st.Epoch != 1 {
-		t.Fatalf("stored %+v after 10 failures, want open at epoch 1 (the environment must follow the lost state)", st)
+	if st.State != breaker.Open || st.Epoch != 1 || tripped.IsZero() {
+		t.Fatalf("stored %+v after the failures, want open at epoch 1 (the environment must follow the lost state)", st)
 	}
-	wantState(t, a.Breaker, at.Add(100*time.Millisecond), breaker.Open)
+	wantState(t, a.Breaker, tripped, breaker.Open)
 	if n, l := store.transitions.Load()-tr, store.loads.Load()-loads; n > 2 || l > 1 {
 		t.Fatalf("%d transitions and %d loads to trip after the reset, want at most 2 (one conflict, one trip) and 1", n, l)
 	}
@@ -305,7 +320,8 @@ func TestSharedStateLostWhileOpen(t *testing.T) {
 	c := newEnv(t, store, "c", nil)
 	at = at.Add(time.Second)
 	conflicts := store.conflicts.Load()
-	calls(t, c.Breaker, at, breaker.Failure, 21)
+	calls(t, c.Breaker, at.Add(-time.Second), breaker.Failure, 1) // the alarm
+	calls(t, c.Breaker, at, breaker.Failure, 20)                  // sampled from the next bucket on
 	flushAt(t, c.Breaker, at.Add(time.Second))
 	if st := store.state("partner"); st.State != breaker.Open || st.Epoch != 1 {
 		t.Fatalf("stored %+v, want open at epoch 1", st)
@@ -381,9 +397,10 @@ func TestSharedDegradedOpenStaysOpenUntilItsProbe(t *testing.T) {
 	}
 
 	// Back in the fleet: a failure starts the fleet's watch, the calls
-	// after it are sampled and trip the fleet.
+	// of the next bucket are sampled and trip the fleet.
+	calls(t, a.Breaker, at, breaker.Failure, 1) // the alarm
 	at = at.Add(time.Second)
-	calls(t, a.Breaker, at, breaker.Failure, 6) // the alarm, then MinRequests (5) samples
+	calls(t, a.Breaker, at, breaker.Failure, 5) // MinRequests (5) samples
 	flushAt(t, a.Breaker, at.Add(time.Second))
 	if st := store.stored(t); st.State != breaker.Open || st.Epoch != 1 {
 		t.Fatalf("stored %+v, want the fleet tripped by the sampled failures", st)
@@ -408,7 +425,8 @@ func TestSharedDegradedOpenFollowsTheFleetWhenItOpens(t *testing.T) {
 		// Another environment trips the fleet at t0+3s: open until t0+13s.
 		b := newEnv(t, store, "b", settings)
 		at := t0.Add(2 * time.Second)
-		calls(t, b.Breaker, at, breaker.Failure, 6) // the alarm, then MinRequests (5) samples
+		calls(t, b.Breaker, at.Add(-time.Second), breaker.Failure, 1) // the alarm
+		calls(t, b.Breaker, at, breaker.Failure, 5)                   // MinRequests (5) samples, from the next bucket on
 		flushAt(t, b.Breaker, at.Add(time.Second))
 		if st := store.stored(t); st.State != breaker.Open || st.Epoch != 1 {
 			t.Fatalf("stored %+v, want the fleet open", st)

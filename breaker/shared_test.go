@@ -258,12 +258,13 @@ func TestSharedFailedProbeReopensWithGrowth(t *testing.T) {
 // adopts b's state instead of writing one of its own.
 func TestSharedTransitionConflictAdoptsTheWinner(t *testing.T) {
 	store := newFakeStore()
-	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.MinRequests = 2 })
-	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.MinRequests = 2 })
-	calls(t, a.Breaker, t0, breaker.Failure, 1)  // the alarm: the fleet watches
-	calls(t, b.Breaker, t0, breaker.Failure, 10) // b reads the state (watching), reports its first sample, 9 wait
-	calls(t, a.Breaker, t0, breaker.Failure, 5)  // sampled, waiting for ReportInterval
-	flushAt(t, b.Breaker, t0.Add(time.Second))   // b's 9 samples: it trips the fleet
+	a := newEnv(t, store, "a", func(s *breaker.Settings) { s.MinRequests = 5 })
+	b := newEnv(t, store, "b", func(s *breaker.Settings) { s.MinRequests = 5 })
+	calls(t, a.Breaker, t0.Add(-time.Second), breaker.Failure, 1) // the alarm: the fleet watches
+	calls(t, b.Breaker, t0.Add(-time.Second), breaker.Failure, 1) // b reads the state (watching) first: sampled, reported
+	calls(t, b.Breaker, t0, breaker.Failure, 10)                  // b reports its first sample, 9 wait
+	calls(t, a.Breaker, t0, breaker.Failure, 5)                   // a reports its first (3 samples in all), 4 wait
+	flushAt(t, b.Breaker, t0.Add(time.Second))                    // b's 9 samples: it trips the fleet
 	if st := store.state("partner"); st.Epoch != 1 || st.State != breaker.Open {
 		t.Fatalf("stored %+v, want b's trip at epoch 1", st)
 	}
@@ -295,8 +296,9 @@ func TestSharedNewEpochDropsOlderPermits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls(t, b.Breaker, t0, breaker.Failure, 21) // the first failure starts the watch, the rest are sampled
-	flushAt(t, b.Breaker, t0.Add(time.Second))   // reported: b alone trips the fleet
+	calls(t, b.Breaker, t0, breaker.Failure, 1)                   // the first failure starts the watch
+	calls(t, b.Breaker, t0.Add(time.Second), breaker.Failure, 20) // sampled from the next bucket on: the first reported at once
+	flushAt(t, b.Breaker, t0.Add(2*time.Second))                  // the rest reported: b alone trips the fleet
 	if st := store.state("partner"); st.State != breaker.Open {
 		t.Fatalf("fleet = %+v", st)
 	}
@@ -631,21 +633,24 @@ func TestFlushWithoutStore(t *testing.T) {
 func TestSharedFlushTrips(t *testing.T) {
 	store := newFakeStore()
 	a := newEnv(t, store, "a", nil)
-	calls(t, a.Breaker, t0, breaker.Failure, 21) // only the first failure was reported: the alarm
+	calls(t, a.Breaker, t0, breaker.Failure, 1) // the alarm
+	// Sampled from the next bucket on (a learnt of the watch by failing):
+	// the first reported at once, the rest held for ReportInterval.
+	calls(t, a.Breaker, t0.Add(time.Second), breaker.Failure, 20)
 	if st := store.state("partner"); st.State != breaker.Closed {
 		t.Fatalf("tripped before Flush: %+v", st)
 	}
-	if err := a.Flush(ctx, t0); err != nil { // at once: not due
+	if err := a.Flush(ctx, t0.Add(time.Second)); err != nil { // at once: not due
 		t.Fatal(err)
 	}
-	if st, n := store.state("partner"), store.reports.Load(); st.State != breaker.Closed || n != 1 {
+	if st, n := store.state("partner"), store.reports.Load(); st.State != breaker.Closed || n != 2 {
 		t.Fatalf("a Flush at the instant of the last report wrote: %d reports, %+v", n, st)
 	}
-	flushAt(t, a.Breaker, t0.Add(time.Second))
+	flushAt(t, a.Breaker, t0.Add(2*time.Second))
 	if st := store.state("partner"); st.State != breaker.Open {
 		t.Fatalf("Flush did not trip the fleet: %+v", st)
 	}
-	wantState(t, a.Breaker, t0.Add(time.Second), breaker.Open)
+	wantState(t, a.Breaker, t0.Add(2*time.Second), breaker.Open)
 }
 
 func TestSharedConcurrentFleet(t *testing.T) {

@@ -1540,11 +1540,10 @@ func (m *relReportsModel) call(t *rapid.T, e *relReportsEnv, o breaker.Outcome) 
 	}
 	sampled := !e.degraded && m.now.Before(e.watch)
 	// A sparse environment (under a call per report interval) that
-	// begins sampling within a bucket width of a failure of its own, once
-	// the watch has a complete bucket with counts, samples from the next
-	// bucket on: the calls before that may not be sampled. The model
-	// tells neither its rate nor the buckets it saw, so those calls are
-	// never owed.
+	// begins sampling within a bucket width of a failure of its own
+	// samples from the next bucket on: the calls before that may not be
+	// sampled. The model does not tell its rate, so those calls are never
+	// owed.
 	w := m.window / breaker.FleetSlots
 	switch {
 	case !sampled:
