@@ -91,13 +91,14 @@ podman_api_ok() {
 }
 
 # podman_service_stop stops a service this script started earlier (its pid is
-# kept next to the socket). It never touches a service started otherwise.
+# kept next to the socket), saying why ($1). It never touches a service started
+# otherwise.
 podman_service_stop() {
 	local pidfile=${HERDGUARD_PODMAN_SOCKET%/*}/herdguard-service.pid pid
 	[[ -f $pidfile ]] || return 0
 	pid=$(cat "$pidfile")
 	if kill -0 "$pid" 2>/dev/null && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == podman ]]; then
-		ci_log "stopping the podman API service (pid $pid) to apply the new configuration"
+		ci_log "stopping the podman API service (pid $pid): $1"
 		kill "$pid"
 		for _ in $(seq 50); do
 			kill -0 "$pid" 2>/dev/null || break
@@ -107,13 +108,25 @@ podman_service_stop() {
 	rm -f "$pidfile"
 }
 
+# podman_service_cwd_gone succeeds when the service this script started runs
+# in a directory deleted since (the clone whose .ci/test started it, removed):
+# it still answers its ping, but conmon fails every container start ("Failed
+# to get working directory", seen as "write child: broken pipe").
+podman_service_cwd_gone() {
+	local pidfile=${HERDGUARD_PODMAN_SOCKET%/*}/herdguard-service.pid
+	[[ -f $pidfile ]] && [[ $(readlink "/proc/$(cat "$pidfile")/cwd" 2>/dev/null) == *" (deleted)" ]]
+}
+
 # podman_service_ensure starts `podman system service` detached from this
-# script (setsid + nohup, stdin from /dev/null) so that it outlives the step,
-# and waits until the API answers. A service that already answers is reused.
+# script (setsid + nohup, stdin from /dev/null, working directory /) so that it
+# outlives the step and the clone, and waits until the API answers. A service
+# that already answers is reused.
 podman_service_ensure() {
 	local dir=${HERDGUARD_PODMAN_SOCKET%/*} pid start
 	if [[ ${HERDGUARD_PODMAN_CONF_CHANGED:-0} == 1 ]]; then
-		podman_service_stop
+		podman_service_stop "to apply the new configuration"
+	elif podman_service_cwd_gone; then
+		podman_service_stop "its working directory was deleted, and it cannot start containers without one"
 	fi
 	if podman_api_ok; then
 		ci_log "podman API already serving on $HERDGUARD_PODMAN_SOCKET"
@@ -123,8 +136,8 @@ podman_service_ensure() {
 	mkdir -p "$dir"
 	rm -f "$HERDGUARD_PODMAN_SOCKET" # a stale socket from a killed service
 	start=$(ci_now)
-	setsid nohup podman system service --time=0 "unix://$HERDGUARD_PODMAN_SOCKET" \
-		>>"$HERDGUARD_PODMAN_LOG" 2>&1 </dev/null &
+	(cd / && exec setsid nohup podman system service --time=0 "unix://$HERDGUARD_PODMAN_SOCKET" \
+		>>"$HERDGUARD_PODMAN_LOG" 2>&1 </dev/null) &
 	pid=$!
 	echo "$pid" >"$dir/herdguard-service.pid"
 	for _ in $(seq 300); do
