@@ -77,6 +77,15 @@ const (
 // from the bucket number.
 func probeBucket(n int64) bool { return n%2 != 0 }
 
+// headroom returns K in bucket n: adaptiveProbeHeadroom in probe buckets,
+// adaptiveBaseHeadroom in base ones.
+func headroom(n int64) float64 {
+	if probeBucket(n) {
+		return adaptiveProbeHeadroom
+	}
+	return adaptiveBaseHeadroom
+}
+
 // admitShareLocked returns the share of calls the fleet admits at now, by
 // the counts in the snapshot held.
 //
@@ -219,11 +228,7 @@ func (b *Breaker) admitShareLocked(now time.Time) float64 {
 		}
 		later.add(bk)
 	}
-	k := adaptiveBaseHeadroom
-	if probeBucket(cur) {
-		k = adaptiveProbeHeadroom
-	}
-	share := math.Min(k*estimate, 2*prev)
+	share := math.Min(headroom(cur)*estimate, 2*prev)
 	return math.Min(1, math.Max(adaptiveMinAdmit, share))
 }
 
@@ -240,10 +245,7 @@ func (b *Breaker) admitShareLocked(now time.Time) float64 {
 // and few were admitted by then. See "Adaptive throttling" in
 // docs/ARCHITECTURE.md.
 func (b *Breaker) restOfBucketLocked(now time.Time, cur int64, at *[FleetSlots]Bucket, estimate float64) float64 {
-	k := adaptiveBaseHeadroom
-	if probeBucket(cur) {
-		k = adaptiveProbeHeadroom
-	}
+	k := headroom(cur)
 	var calls int64
 	for _, bk := range at[1:5] {
 		calls = max(calls, bk.Requests)
