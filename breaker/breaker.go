@@ -119,6 +119,10 @@ type Breaker struct {
 	// answered by a Transition): a fleet write decided at or after the
 	// time in sched is decided on a state read at or after it.
 	loadedAt time.Time
+	// quietPhased: since this environment last read the fleet state at
+	// another pace (its first read, a watch, an open fleet), it has drawn
+	// the phase of its quiet reads (freshUntilLocked).
+	quietPhased bool
 	// rawOpenUntil is the OpenUntil of the snapshot the state machine was
 	// last set from, before clampOpenUntil, so that reading the same
 	// snapshot again is recognised as no change.
@@ -603,12 +607,27 @@ func (b *Breaker) randLocked() float64 {
 // state read (or written) at now is trusted: CacheTTL, or less when this
 // environment's next fleet write is due sooner (it reads the state again
 // before making it).
+//
+// While the fleet is quiet, quietTTLFactor × CacheTTL, but the first quiet
+// read after a read at another pace comes after a uniform draw of up to
+// that: environments that read together (a watch that ended, a fleet
+// started at once) would otherwise read together every quietTTLFactor ×
+// CacheTTL, a burst on the state item, and would learn of the next watch
+// at the same instant rather than evenly over the interval.
 func (b *Breaker) freshUntilLocked(now time.Time) int64 {
 	ttl := b.s.CacheTTL
+	quiet := b.sharedLocked() && b.state == Closed && !b.watchingLocked(now)
+	if !quiet {
+		b.quietPhased = false
+	}
 	if b.sharedLocked() && b.state == Closed {
 		switch {
-		case !b.watchingLocked(now):
+		case quiet:
 			ttl *= quietTTLFactor // quiet: a failure here reads at once (see runAlarm)
+			if !b.quietPhased {
+				b.quietPhased = true
+				ttl = max(time.Duration((1-b.randLocked())*float64(ttl)), 1)
+			}
 		case b.s.Adaptive:
 			ttl /= adaptiveReadsPerTTL // the share admitted follows the fleet's counts
 		}

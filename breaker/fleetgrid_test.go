@@ -115,6 +115,37 @@ func TestFleetGridAcceptance(t *testing.T) {
 	}
 }
 
+// TestFleetQuietReadsSpread: 1,000 environments started within a second,
+// calling about once a second against a healthy partner, spread their
+// quiet reads of the breaker's state over the quiet interval instead of
+// reading together every 15 × CacheTTL: every 10 s window after the
+// first holds about as many reads as the others. (Without the drawn phase
+// one window held 45 reads and the next 996.)
+func TestFleetQuietReadsSpread(t *testing.T) {
+	for _, seed := range []uint64{1, 2} {
+		r, err := fleetsim.Run(fleetsim.Config{
+			Seed: seed, Strategy: fleetsim.GlobalBreaker(), Envs: 1000, CallsPerWindow: 10,
+			Duration: time.Minute,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reads []int64
+		var sum int64
+		for _, w := range r.Windows[1:5] { // 10–50 s: after the cold starts' reads
+			reads = append(reads, w.Store.BreakerReads)
+			sum += w.Store.BreakerReads
+		}
+		mean := float64(sum) / float64(len(reads))
+		t.Logf("seed %d: reads per 10 s window from 10 s: %v", seed, reads)
+		for i, n := range reads {
+			if float64(n) < 0.7*mean || float64(n) > 1.3*mean {
+				t.Errorf("seed %d: the window at %d s holds %d reads, the mean of 10–50 s is %.0f: the quiet reads bunch up", seed, 10*(i+1), n, mean)
+			}
+		}
+	}
+}
+
 // TestFleetHealthyReadsPerCall: 1,000 environments making about a call a
 // second each against a healthy partner for a minute read the breaker's
 // state at most 0.1 times per call, cold starts included (issue 10, item
