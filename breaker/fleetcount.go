@@ -257,7 +257,13 @@ func (b *Breaker) countsEveryCallLocked(now time.Time, k int64) bool {
 // otherwise hold only the failing end of the partner's second from the
 // alarm on (the hard stop opened 1.2–2 s into that partial outage in 5 of
 // seeds 1–20), at a price: a major outage's trip comes up to a second
-// later in a fleet of such environments (docs/ARCHITECTURE.md). Adaptive
+// later in a fleet of such environments (docs/ARCHITECTURE.md). For the
+// same reason a sparse environment that learns of the watch at a read in
+// the watch's first bucket, which comes after the alarm, so in the
+// failing end of that second, samples from the next bucket too (with
+// quiet reads spread over the quiet interval, about one environment in 15
+// reads in any second; the hard stop opened that partial outage in 4 of
+// seeds 1–60 before this). Adaptive
 // throttling always takes the delay and the first window: it starts on
 // the fleet's first seconds of counts and must tell a major outage from a
 // partial one there; and an adaptive environment that is back from a
@@ -270,9 +276,10 @@ func (b *Breaker) drawSampleFromLocked(now time.Time) {
 		local := b.win.rolling(b.win.number(now.UnixNano()))
 		failed := !b.lastFailure.IsZero() && now.Sub(b.lastFailure) < w
 		if time.Duration(local.Requests)*b.s.reportInterval < b.s.Window {
-			if failed {
-				// Learnt at a moment a failure chose: sample from the
-				// next bucket on.
+			if failed || !b.countedBeforeLocked(now) {
+				// Learnt at a moment a failure chose, or in the watch's
+				// first bucket, after the alarm: sample from the next
+				// bucket on.
 				b.sampleFrom = b.bucketStart(b.bucketOf(now) + 1)
 			}
 			return // fewer than one call per report interval
@@ -285,6 +292,19 @@ func (b *Breaker) drawSampleFromLocked(now time.Time) {
 	b.sampleDelay = min(time.Duration(b.randLocked()*float64(w)), w-1)
 	b.sampleFrom = now.Add(b.sampleDelay)
 	b.firstDone = false
+}
+
+// countedBeforeLocked reports whether a bucket of the window before now's
+// has counts in the snapshot held: if none has, now's bucket is the
+// watch's first (as far as this environment can tell).
+func (b *Breaker) countedBeforeLocked(now time.Time) bool {
+	cur := b.bucketOf(now)
+	for _, bk := range b.snap.Buckets {
+		if bk.Num > cur-FleetSlots && bk.Num < cur && bk.Requests > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // restartSampleDelayLocked counts this adaptive environment's random delay

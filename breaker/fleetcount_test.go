@@ -540,8 +540,10 @@ func TestFleetFirstWindowOfABusyEnvironment(t *testing.T) {
 // at a moment its failure chose (the failing end of a partner's second),
 // and sampling from there, the newly learning environments over-counted
 // the failing end of every second (cmd/outagesim's Lambda fleet opened
-// the hard stop on partial outages). One that learns at a call that did
-// not fail samples at once.
+// the hard stop on partial outages). So does one that learns at a read in
+// the watch's first bucket, after the alarm, in the failing end of that
+// second. One that learns at a call that did not fail in a later bucket
+// samples at once.
 func TestFleetSparseLearnerSamplesFromTheNextBucket(t *testing.T) {
 	store := newFakeStore()
 	starter := newEnv(t, store, "starter", nil)
@@ -559,9 +561,18 @@ func TestFleetSparseLearnerSamplesFromTheNextBucket(t *testing.T) {
 	if store.reports.Load() != before {
 		t.Fatal("in the watch's first bucket, a sparse environment that learnt of it by failing sampled a call in the same bucket")
 	}
+	reader := newEnv(t, store, "reader", nil)
+	invoke(t, reader, at.Add(200*time.Millisecond), breaker.Success) // its first read finds the watch
+	if store.reports.Load() != before {
+		t.Fatal("in the watch's first bucket, a sparse environment that learnt of it at a read sampled a call in the same bucket")
+	}
 	invoke(t, first, at.Add(time.Second+100*time.Millisecond), breaker.Success)
 	if store.reports.Load() != before+1 {
 		t.Fatal("a sparse environment that learnt of the watch by failing in its first bucket did not sample from the next bucket on")
+	}
+	invoke(t, reader, at.Add(time.Second+200*time.Millisecond), breaker.Success)
+	if store.reports.Load() != before+2 {
+		t.Fatal("a sparse environment that learnt of the watch at a read in its first bucket did not sample from the next bucket on")
 	}
 
 	// A later bucket.

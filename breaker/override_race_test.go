@@ -32,7 +32,9 @@ func TestSharedReportAnswerKeepsTheOverride(t *testing.T) {
 	ctx := context.Background()
 	st := &blockingStore{BreakerStore: local.NewBreakerStore()}
 	t0 := time.UnixMilli(1_800_000_000_000)
-	if _, err := st.Report(ctx, "p", breaker.Report{Bucket: t0.Unix(), WatchUntil: t0.Add(time.Hour)}); err != nil {
+	// A watch counted for a second already: an environment that learns of
+	// it in the watch's first bucket would sample only from the next one.
+	if _, err := st.Report(ctx, "p", breaker.Report{Bucket: t0.Unix() - 1, Requests: 1, Successes: 1, Samples: 1, WatchUntil: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	s := breaker.Settings{Store: st, CacheTTL: time.Second, StoreTimeout: time.Minute, Rand: func() float64 { return 0 }}
