@@ -60,7 +60,9 @@
 // winner's state. Counts never cross a transition. What a fleet gets:
 //
 //   - Quiet: while no environment sees a failure, nothing is written and
-//     each environment reads the state once per 15 × CacheTTL (15 s).
+//     each environment reads the state once per 15 × CacheTTL (15 s), at
+//     a phase it draws, so that environments that read together do not
+//     keep reading together.
 //   - Watching: a failure that finds the fleet quiet writes an alarm; for
 //     two Windows after the latest reported failure, every environment
 //     reads once per CacheTTL and samples its first attempts (never a

@@ -136,8 +136,10 @@ type Settings struct {
 	// CacheTTL is how long the fleet state read from the Store is trusted
 	// while the fleet is counting failures, open or half-open (1 s if 0);
 	// while it is closed and quiet (no failure anywhere for two Windows),
-	// 15 times as long. A breaker calls Store.Load at most once per such
-	// period (with Adaptive, every CacheTTL / 4 while the fleet counts),
+	// 15 times as long, the first such period after a read at another
+	// pace cut short by a random share (so a fleet that read together does
+	// not keep reading together). A breaker calls Store.Load at most once
+	// per such period (with Adaptive, every CacheTTL / 4 while the fleet counts),
 	// plus once when a failure finds the fleet quiet and once before each
 	// move of the fleet it may make (typically once, when an open period
 	// ends; the fleet spreads those over CacheTTL).
