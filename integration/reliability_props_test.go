@@ -1391,6 +1391,9 @@ type relReportsEnv struct {
 	// there (see call).
 	lastFail, skipUntil time.Time
 	sampling            bool
+	// snap is the latest fleet state the store answered it (a Load or a
+	// Report), which the breaker holds.
+	snap breaker.Snapshot
 	// first and firstMaybe are the bucket of the oldest count pending
 	// (0: none), as known for sure, and as may be.
 	first, firstMaybe int64
@@ -1415,6 +1418,7 @@ func newRelReportsModel(t *rapid.T, ctx context.Context, store breaker.Store, pe
 	m.store = newRelFaultyBreakerStore(store, peek, func() relFault { return gen.Draw(t, "fault") }, proxy)
 	m.store.loaded = func() { m.cur.degraded = false }
 	m.store.answered = func(s breaker.Snapshot) {
+		m.cur.snap = s
 		if s.WatchUntil.After(m.cur.watch) {
 			m.cur.watch = s.WatchUntil
 		}
@@ -1514,6 +1518,18 @@ func (m *relReportsModel) reported(t *rapid.T, r breaker.Report) {
 	e.owed, e.may, e.first, e.firstMaybe = 0, 0, 0, 0
 }
 
+// countedBefore reports whether a bucket of the rolling window before
+// now's has counts in the state e holds.
+func (m *relReportsModel) countedBefore(e *relReportsEnv) bool {
+	cur := m.bucket(m.now)
+	for _, bk := range e.snap.Buckets {
+		if bk.Num > cur-breaker.FleetSlots && bk.Num < cur && bk.Requests > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // call is one call of environment e with outcome o. What the breaker does
 // with it, as far as its samples go:
 //
@@ -1534,23 +1550,30 @@ func (m *relReportsModel) call(t *rapid.T, e *relReportsEnv, o breaker.Outcome) 
 	m.store.env = e.name
 	e.lastNow = later(e.lastNow, m.now)
 	faults := e.faults
+	held := e.watch // the watch e held before this call's reads
 	p, err := e.b.Allow(m.ctx, m.now)
 	if err != nil {
 		t.Fatalf("%s: Allow: %v; this breaker cannot open", e.name, err)
 	}
 	sampled := !e.degraded && m.now.Before(e.watch)
 	// A sparse environment (under a call per report interval) that
-	// begins sampling within a bucket width of a failure of its own
-	// samples from the next bucket on: the calls before that may not be
-	// sampled. The model does not tell its rate, so those calls are never
-	// owed.
+	// begins sampling within a bucket width of a failure of its own, or
+	// in the watch's first bucket (no earlier bucket of the window has
+	// counts in the state it holds), samples from the next bucket on: the
+	// calls before that may not be sampled. The model does not tell its
+	// rate, so those calls are never owed.
 	w := m.window / breaker.FleetSlots
+	if !m.now.Before(held) {
+		// The watch e held had ended: if this call's read found a new
+		// one, e learns of it now (and may begin in the next bucket).
+		e.sampling = false
+	}
 	switch {
 	case !sampled:
 		e.sampling, e.skipUntil = false, time.Time{}
 	case !e.sampling:
 		e.sampling, e.skipUntil = true, time.Time{}
-		if !e.lastFail.IsZero() && m.now.Sub(e.lastFail) < w {
+		if !e.lastFail.IsZero() && m.now.Sub(e.lastFail) < w || !m.countedBefore(e) {
 			e.skipUntil = time.UnixMilli((m.bucket(m.now) + 1) * w.Milliseconds())
 		}
 	}
@@ -1688,7 +1711,8 @@ func (m *relReportsModel) history(env string) string {
 // environment owes follows the documentation: while it follows the fleet
 // and the fleet watches (a WatchUntil the store answered it is ahead),
 // every outcome of a call it admitted (but a sparse environment that
-// learnt of the watch by failing may start at the next bucket, see
+// learnt of the watch by failing, or in the watch's first bucket, may
+// start at the next bucket, see
 // relReportsModel.call); a store fault drops what was pending, and so
 // does an idle longer than the rolling window. Every Report that carries
 // counts must hand every sample owed and no more than those pending; after a final flush with faults off nothing owed is left;
