@@ -259,16 +259,13 @@ func (b *Breaker) countsEveryCallLocked(now time.Time, k int64) bool {
 // seeds 1–20), at a price: a major outage's trip comes up to a second
 // later in a fleet of such environments (docs/ARCHITECTURE.md). For the
 // same reason a sparse environment that learns of the watch at a read in
-// the watch's first bucket, which comes after the alarm, so in the
-// failing end of that second, samples from the next bucket too (with
-// quiet reads spread over the quiet interval, about one environment in 15
-// reads in any second; the hard stop opened that partial outage in 4 of
-// seeds 1–60 before this). Adaptive
-// throttling always takes the delay and the first window: it starts on
-// the fleet's first seconds of counts and must tell a major outage from a
-// partial one there; and an adaptive environment that is back from a
-// retry's wait before it asked anything counts the delay again from there
-// (restartSampleDelayLocked).
+// the watch's first bucket (after the alarm, so in the failing end of that
+// second) samples from the next bucket too (docs/ARCHITECTURE.md, "Quiet
+// reads in lockstep"). Adaptive throttling always takes the delay and the
+// first window: it starts on the fleet's first seconds of counts and must
+// tell a major outage from a partial one there; and an adaptive
+// environment that is back from a retry's wait before it asked anything
+// counts the delay again from there (restartSampleDelayLocked).
 func (b *Breaker) drawSampleFromLocked(now time.Time) {
 	b.sampleFrom, b.firstDone, b.firstAsked = now, true, false
 	w := b.s.Window / FleetSlots

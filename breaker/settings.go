@@ -139,8 +139,8 @@ type Settings struct {
 	// 15 times as long, the first such period after a read at another
 	// pace cut short by a random share (so a fleet that read together does
 	// not keep reading together). A breaker calls Store.Load at most once
-	// per such period (with Adaptive, every CacheTTL / 4 while the fleet counts),
-	// plus once when a failure finds the fleet quiet and once before each
+	// per such period (with Adaptive, every CacheTTL / 4 while the fleet
+	// counts), plus once when a failure finds the fleet quiet and once before each
 	// move of the fleet it may make (typically once, when an open period
 	// ends; the fleet spreads those over CacheTTL).
 	CacheTTL time.Duration
