@@ -118,6 +118,13 @@ type Second struct {
 	Arrivals int64 `json:"arrivals"`
 	// FirstAttempts counts arrivals that were first attempts.
 	FirstAttempts int64 `json:"first_attempts"`
+	// FirstAttemptsByDue counts first attempts by the second they were
+	// due in (their call's scheduled start, from DueHeader), whenever
+	// they arrived. A second's calls are scheduled evenly, Rate of them,
+	// so FirstAttemptsByDue against Rate is the share of that second's
+	// calls the fleet sent, which FirstAttempts is not over HTTP: an
+	// attempt that arrives late is counted there in a later second.
+	FirstAttemptsByDue int64 `json:"first_attempts_by_due"`
 	// Served counts arrivals within capacity (answered 200).
 	Served int64 `json:"served"`
 }
@@ -125,6 +132,7 @@ type Second struct {
 type secondCounters struct {
 	arrivals      atomic.Int64
 	firstAttempts atomic.Int64
+	firstByDue    atomic.Int64
 	served        atomic.Int64
 }
 
@@ -280,13 +288,15 @@ func (p *Partner) slotOf(now time.Time) int {
 	return min(int(el/SlotLength), len(p.slots)-1)
 }
 
-// RecordLag counts an arrival at now of an attempt that was due at due.
+// RecordLag counts an arrival at now of an attempt that was due at due,
+// and a first attempt in FirstAttemptsByDue of its due second.
 func (p *Partner) RecordLag(now, due time.Time, first bool) {
 	lag := now.Sub(due)
 	p.lag.measured.Add(1)
 	p.lag.sum.Add(int64(lag))
 	if first {
 		p.lag.firstMeasured.Add(1)
+		p.seconds[p.secondOf(due)].firstByDue.Add(1)
 	}
 	if lag > LateAfter {
 		p.lag.late.Add(1)
@@ -327,9 +337,10 @@ func (p *Partner) Seconds() []Second {
 	for i := range p.seconds {
 		a := p.seconds[i].arrivals.Load()
 		out[i] = Second{
-			Arrivals:      a,
-			FirstAttempts: p.seconds[i].firstAttempts.Load(),
-			Served:        p.seconds[i].served.Load(),
+			Arrivals:           a,
+			FirstAttempts:      p.seconds[i].firstAttempts.Load(),
+			FirstAttemptsByDue: p.seconds[i].firstByDue.Load(),
+			Served:             p.seconds[i].served.Load(),
 		}
 	}
 	return out

@@ -321,3 +321,31 @@ func TestPartnerSlotsAndLag(t *testing.T) {
 		t.Errorf("lag %+v", lag)
 	}
 }
+
+// A first attempt that arrives after its second ends counts in
+// FirstAttempts of the second it arrived in and in FirstAttemptsByDue of
+// the second it was due in; a retry counts in neither.
+func TestPartnerFirstAttemptsByDue(t *testing.T) {
+	p := newTestPartner(t, PartnerConfig{Schedule: Schedule{Normal: 10, Outage: 10, OutageStart: 0, OutageLength: time.Second}, Seconds: 2, RejectStatus: 503})
+	for _, a := range []struct {
+		due, at time.Duration
+		first   bool
+	}{
+		{100 * time.Millisecond, 110 * time.Millisecond, true},   // on time
+		{950 * time.Millisecond, 1020 * time.Millisecond, true},  // late, into second 1
+		{900 * time.Millisecond, 1500 * time.Millisecond, false}, // a retry
+	} {
+		p.Admit(testStart.Add(a.at), a.first)
+		p.RecordLag(testStart.Add(a.at), testStart.Add(a.due), a.first)
+	}
+	secs := p.Seconds()
+	want := []Second{
+		{Arrivals: 1, FirstAttempts: 1, FirstAttemptsByDue: 2, Served: 1},
+		{Arrivals: 2, FirstAttempts: 1, FirstAttemptsByDue: 0, Served: 2},
+	}
+	for i, w := range want {
+		if secs[i] != w {
+			t.Errorf("second %d: %+v, want %+v", i, secs[i], w)
+		}
+	}
+}
