@@ -226,14 +226,29 @@ func build(budgets budget.Store, breakers breaker.Store, name string, cfg Config
 	return exec, nil
 }
 
-// buildAny is build for internal/fleethook: the stack over stores other
-// than DynamoDB's, for the tests and simulations of code that uses New.
-func buildAny(budgets budget.Store, breakers breaker.Store, name string, cfg any) (*retry.Executor, error) {
-	c := cfg.(Config)
-	if err := check(name, c); err != nil {
+// NewWithStores returns the Executor New builds, over the given stores
+// instead of a DynamoDB table, and without New's warm-up read. It is for
+// tests of code that uses New (over local.NewBudgetStore and
+// local.NewBreakerStore, every environment of a simulated fleet sharing the
+// two) and for other backends of the budget and breaker contracts. Bad
+// input is a *herdguard.ConfigError naming the fleet.Config field or the
+// argument.
+func NewWithStores(budgets budget.Store, breakers breaker.Store, name string, cfg Config) (*retry.Executor, error) {
+	if budgets == nil {
+		return nil, &herdguard.ConfigError{Field: "fleet.NewWithStores budgets", Reason: "must not be nil"}
+	}
+	if breakers == nil && !cfg.NoBreaker {
+		return nil, &herdguard.ConfigError{Field: "fleet.NewWithStores breakers", Reason: "must not be nil unless Config.NoBreaker is set"}
+	}
+	if err := check(name, cfg); err != nil {
 		return nil, err
 	}
-	return build(budgets, breakers, name, c)
+	return build(budgets, breakers, name, cfg)
+}
+
+// buildAny is NewWithStores for internal/fleethook.
+func buildAny(budgets budget.Store, breakers breaker.Store, name string, cfg any) (*retry.Executor, error) {
+	return NewWithStores(budgets, breakers, name, cfg.(Config))
 }
 
 // relabel renames the field of a *herdguard.ConfigError from a layer's

@@ -19,7 +19,6 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/fleet"
-	"github.com/herdguard/herdguard/internal/fleethook"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -130,11 +129,10 @@ func TestNewWarmsUpAndChecksTheTable(t *testing.T) {
 	}
 }
 
-// stack builds New's Executor over in-memory stores (fleethook), the way
-// examples/bikes's tests do.
+// stack builds New's Executor over in-memory stores.
 func stack(t *testing.T, budgets *local.BudgetStore, breakers *local.BreakerStore, cfg fleet.Config) *retry.Executor {
 	t.Helper()
-	exec, err := fleethook.Build(budgets, breakers, "payments", cfg)
+	exec, err := fleet.NewWithStores(budgets, breakers, "payments", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
