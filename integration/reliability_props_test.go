@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -722,17 +724,34 @@ func TestReliabilityGlobalBoundConcurrent(t *testing.T) {
 		if time.Since(base) > time.Minute {
 			rt.Fatalf("a case took %v", time.Since(base))
 		}
+		// The documented bound: G(w) <= Ratio × (R(w) + C(w)) + Floor,
+		// where C(w) <= R(w-1) are requests of w-1 carried into w; each
+		// request is deposited at most once, in its window or the next.
+		prev := func(w int64) int64 { return w - window.Milliseconds() }
 		for w, g := range granted {
-			limit := float64(perRequest*requests[w])/float64(budget.AllowancePerRetry) + float64(floor)
+			limit := float64(perRequest*(requests[w]+requests[prev(w)]))/float64(budget.AllowancePerRetry) + float64(floor)
 			if float64(g) > limit+1e-9 {
-				rt.Fatalf("window %d: %d retries granted for %d requests; bound %.3f", w, g, requests[w], limit)
+				rt.Fatalf("window %d: %d retries granted for %d requests (%d in the window before); bound %.3f", w, g, requests[w], requests[prev(w)], limit)
 			}
 		}
 		store.mu.Lock()
 		defer store.mu.Unlock()
-		for w, d := range store.deposits {
-			if d > perRequest*requests[w] {
-				rt.Fatalf("window %d: deposits %d for %d requests: counted twice", w, d, requests[w])
+		seen := maps.Clone(requests)
+		maps.Copy(seen, store.deposits)
+		maps.Copy(seen, granted)
+		windows := slices.Sorted(maps.Keys(seen))
+		var deposited, recorded, grants int64
+		for i, w := range windows {
+			d := store.deposits[w]
+			if d > perRequest*(requests[w]+requests[prev(w)]) {
+				rt.Fatalf("window %d: deposits %d for %d requests and %d in the window before: counted twice", w, d, requests[w], requests[prev(w)])
+			}
+			deposited, recorded, grants = deposited+d, recorded+requests[w], grants+granted[w]
+			if deposited > perRequest*recorded {
+				rt.Fatalf("windows up to %d: deposits %d for %d requests recorded so far: counted twice", w, deposited, recorded)
+			}
+			if limit := float64(perRequest*recorded)/float64(budget.AllowancePerRetry) + float64(floor)*float64(i+1); float64(grants) > limit+1e-9 {
+				rt.Fatalf("windows up to %d: %d retries granted for %d requests; bound %.3f", w, grants, recorded, limit)
 			}
 		}
 	})
