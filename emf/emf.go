@@ -323,8 +323,15 @@ func (r *Recorder) Instrument(cfg *retry.Config, s *breaker.Settings) {
 // giveUp counts the calls the breaker refused and the retries a budget
 // refused, with the refusing budget's name (listed in the flushed object's
 // ExhaustedBudgets property: a log field, not a dimension, so it costs no
-// extra metric). Other give-ups are the caller's to count.
+// extra metric). A refusal caused by a store fault (a layer that fails
+// closed, or a throttled store call: its Cause matches
+// budget.ErrUnavailable or breaker.ErrStore) is not counted here: the
+// fault was counted as a store error when the layer reported it through
+// OnStoreError. Other give-ups are the caller's to count.
 func (r *Recorder) giveUp(gu *retry.GiveUpError) {
+	if storeFault(gu.Cause) {
+		return
+	}
 	switch gu.Reason {
 	case retry.BreakerOpen:
 		r.add(mBreakerRejected)
@@ -337,6 +344,12 @@ func (r *Recorder) giveUp(gu *retry.GiveUpError) {
 			r.exhausted[ex.Budget] = struct{}{}
 		}
 	}
+}
+
+// storeFault reports whether a refusal's cause is a fault of a budget's
+// or the breaker's store rather than the layer's decision.
+func storeFault(cause error) bool {
+	return errors.Is(cause, budget.ErrUnavailable) || errors.Is(cause, breaker.ErrStore)
 }
 
 // stateChange counts a change of the breaker's state seen by this

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/emf"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -57,4 +58,24 @@ func ExampleNew_invalid() {
 	// Output:
 	// true herdguard: emf.Options.Namespace ":Partner" starts with ':'
 	// true herdguard: emf.Options.Dimensions["Partner"] value "pay\nments" has a control character ('\n') at byte 3; want printable ASCII
+}
+
+// Store faults are metrics of their own: a fleet-wide budget that fails
+// closed refuses the retry when its table cannot be reached, and the
+// flush counts a BudgetStoreErrors, not a BudgetExhausted.
+func ExampleRecorder_Instrument_storeFault() {
+	rec, _ := emf.New(os.Stdout, emf.Options{Namespace: "Herdguard",
+		Dimensions: map[string]string{"Partner": "payments"},
+		Now:        func() time.Time { return time.UnixMilli(1_800_000_000_000) }})
+	down := budgetStoreFunc(func() error { return errors.New("dial tcp: connection refused") })
+	global, _ := budget.NewGlobal(down, "payments", budget.GlobalConfig{})
+	cfg := retry.Config{Idempotent: true, Budgets: []budget.Budget{global}}
+	rec.Instrument(&cfg, nil)
+	exec, _ := retry.New(cfg)
+	err := exec.Do(context.Background(), func(context.Context, int) error { return &retry.StatusError{StatusCode: 503} })
+	fmt.Println(errors.Is(err, budget.ErrExhausted), errors.Is(err, budget.ErrUnavailable))
+	_ = rec.Flush()
+	// Output:
+	// true true
+	// {"BudgetStoreErrors":1,"Partner":"payments","_aws":{"CloudWatchMetrics":[{"Namespace":"Herdguard","Dimensions":[["Partner"]],"Metrics":[{"Name":"BudgetStoreErrors","Unit":"Count"}]}],"Timestamp":1800000000000}}
 }
