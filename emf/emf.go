@@ -52,9 +52,11 @@
 //     (StateChange.Origin is not breaker.OriginFollowed): with
 //     a shared breaker, one per fleet transition, whatever the fleet's size.
 //
-// A breaker whose Store fails on the move to half-open keeps rejecting
-// calls as the fleet's open state it last read; those rejections count in
-// BreakerRejected, the faults in BreakerStoreErrors.
+// Two refusals that follow a store fault carry none, and count as
+// refusals: a budget.Global that was throttled refuses from memory until
+// its next store contact (BudgetExhausted), and a breaker whose Store
+// fails on the move to half-open keeps rejecting calls as the fleet's open
+// state it last read (BreakerRejected).
 //
 // A Recorder is safe for concurrent use. Keep one per partner, like its
 // Executor, and flush it where the Executor is flushed.
