@@ -99,14 +99,14 @@ type Options struct {
 	Namespace string
 	// Service, if not empty, is the value of the dimension "service" of
 	// every metric, as in Powertools. Empty means the environment's
-	// POWERTOOLS_SERVICE_NAME; when that is empty too, or Dimensions has a
-	// "service" of its own, there is no service dimension. Setting both
-	// Service and Dimensions["service"] is an error.
+	// POWERTOOLS_SERVICE_NAME, unless Dimensions has a "service" of its
+	// own, which wins; with none of them there is no service dimension.
+	// Setting both Service and Dimensions["service"] is an error.
 	Service string
 	// Dimensions are the dimensions of every metric, name to value, such as
 	// {"FunctionName": ..., "Partner": ...}: at most 30 with the service.
-	// An alarm must name exactly these (and "service" if set) to see the
-	// metrics.
+	// An alarm must name exactly these, and "service" when Service or
+	// POWERTOOLS_SERVICE_NAME sets one, to see the metrics.
 	Dimensions map[string]string
 	// Metadata are properties written with every flush, name to any
 	// value encoding/json encodes, such as {"Region": "eu-central-1"}: log
