@@ -278,6 +278,9 @@ func TestTemplateRefusalAlarmsUseARate(t *testing.T) {
 		if got := rate(all); got != 100*sum/200 {
 			t.Errorf("alarm %s: %v refusals in 200 invocations give %v; want %v (%%)", a.id, sum, got, 100*sum/200)
 		}
+		if got := rate(map[string]float64{inv: 100}); got != 0 {
+			t.Errorf("alarm %s: a minute of 100 invocations and no refusal gives %v; want 0", a.id, got)
+		}
 		if _, ok, _ := evalExpr(a.expr, map[string]float64{refusalIDs[0]: 1}); ok {
 			t.Errorf("alarm %s: a minute with refusals and no Invocations datum has a value; want none", a.id)
 		}
@@ -417,9 +420,10 @@ func TestTemplateParametersValidatedAtDeploy(t *testing.T) {
 }
 
 // evalExpr evaluates a CloudWatch metric-math expression made of numbers,
-// query ids, + - * /, parentheses and FILL(id, number) for one period:
-// vals holds the queries that have a datum. ok is false when the result
-// has none (a query without a datum outside FILL, or a division by zero).
+// query ids, + - * /, parentheses, SUM([...]) and FILL(x, number) for one
+// period: vals holds the queries that have a datum. ok is false when the
+// result has none (a query without a datum outside FILL or SUM, or a
+// division by zero).
 func evalExpr(expr string, vals map[string]float64) (v float64, ok bool, err error) {
 	e := &exprParser{src: expr, vals: vals}
 	v, ok = e.sum()
@@ -516,6 +520,26 @@ func (e *exprParser) operand() (float64, bool) {
 	case w == "":
 		e.fail("want an operand")
 		return 0, false
+	case w == "SUM":
+		// SUM([a, b, ...]): the sum of those with a datum; none if none has.
+		e.expect('(')
+		e.expect('[')
+		var sum float64
+		some := false
+		for e.err == nil {
+			v, ok := e.sum()
+			if ok {
+				sum += v
+				some = true
+			}
+			if e.peek() != ',' {
+				break
+			}
+			e.pos++
+		}
+		e.expect(']')
+		e.expect(')')
+		return sum, some
 	case w == "FILL":
 		e.expect('(')
 		v, ok := e.sum()
