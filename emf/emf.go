@@ -5,15 +5,22 @@
 //
 // A Recorder counts in memory, from the hooks of a retry.Executor and a
 // breaker.Breaker, and Flush writes what it counted as one EMF object on
-// one line, as AWS Lambda Powertools' metrics utilities do: a namespace, one
-// dimension set (the Recorder's Dimensions, such as the function and the
-// partner), the metrics as properties of the root, and "_aws" with
-// Timestamp (Unix milliseconds, at the flush) and CloudWatchMetrics
-// (Namespace, Dimensions, Metrics with Name and Unit). A flush with nothing
-// counted writes nothing, so a healthy partner costs no log volume. Besides
-// the metrics, the object lists the budgets that refused since the last
-// flush in the property ExhaustedBudgets (["local-ratio", "global:payments"]),
+// one line, as Powertools for AWS Lambda's metrics utilities do: a
+// namespace, one dimension set (the Recorder's Dimensions, such as the
+// function and the partner, and the service if one is set), the metrics
+// and the metadata as properties of the root, and "_aws" with Timestamp
+// (Unix milliseconds, at the flush) and CloudWatchMetrics (Namespace,
+// Dimensions, Metrics with Name and Unit). A flush with nothing counted
+// writes nothing, so a healthy partner costs no log volume. Besides the
+// metrics, the object lists the budgets that refused since the last flush
+// in the property ExhaustedBudgets (["local-ratio", "global:payments"]),
 // which Logs Insights can query.
+//
+// As in Powertools, the namespace and the service may come from the
+// environment (POWERTOOLS_METRICS_NAMESPACE, POWERTOOLS_SERVICE_NAME); the
+// Options set in code take precedence. New checks every name and value as
+// CloudWatch would, so that a line CloudWatch would drop is an error at
+// start-up rather than a metric that never appears.
 //
 //	rec, err := emf.New(os.Stdout, emf.Options{Namespace: "Herdguard",
 //		Dimensions: map[string]string{"FunctionName": fn, "Partner": "payments"}})
@@ -26,13 +33,16 @@
 // The metrics, all of unit Count and summed over the flush:
 //
 //   - Retries: retries the budgets granted (OnRetry).
-//   - BudgetExhausted: retries a budget refused (OnGiveUp with Reason
-//     BudgetExhausted).
+//   - BudgetExhausted: retries a budget refused by its own decision
+//     (OnGiveUp with Reason BudgetExhausted), the budget doing its job.
 //   - BreakerRejected: calls or retries the breaker refused, the open state
 //     doing its job (OnGiveUp with Reason BreakerOpen).
 //   - BudgetStoreErrors, BreakerStoreErrors: faults of the budgets' and the
 //     breaker's stores (the table was slow, throttled or unreachable, or an
-//     item was malformed), each answered from the local layers.
+//     item was malformed), each answered from the local layers or, for a
+//     layer that fails closed, by a refusal. A refusal caused by a store
+//     fault counts here only, never in BudgetExhausted or BreakerRejected,
+//     so that a table problem never looks like a partner outage.
 //   - BreakerOpened, BreakerHalfOpened, BreakerClosed: the breaker's state
 //     changes this environment saw, whoever made them: with a shared
 //     breaker every environment that learns of a fleet transition counts
@@ -41,6 +51,12 @@
 //     those of them this environment decided itself rather than followed
 //     (StateChange.Origin is not breaker.OriginFollowed): with
 //     a shared breaker, one per fleet transition, whatever the fleet's size.
+//
+// Two refusals that follow a store fault carry none, and count as
+// refusals: a budget.Global that was throttled refuses from memory until
+// its next store contact (BudgetExhausted), and a breaker whose Store
+// fails on the move to half-open keeps rejecting calls as the fleet's open
+// state it last read (BreakerRejected).
 //
 // A Recorder is safe for concurrent use. Keep one per partner, like its
 // Executor, and flush it where the Executor is flushed.
@@ -52,34 +68,52 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/retry"
 )
 
-// Limits CloudWatch puts on EMF (see the EMF specification).
+// The environment variables New reads, as Powertools for AWS Lambda does.
 const (
-	// maxDimensions is the number of dimensions a dimension set may hold.
-	maxDimensions = 30
-	// maxNameLen bounds a namespace, a dimension name or value (CloudWatch
-	// allows 255 characters for each of them; 256 for a namespace).
-	maxNameLen = 255
+	// EnvNamespace is the namespace when Options.Namespace is empty.
+	EnvNamespace = "POWERTOOLS_METRICS_NAMESPACE"
+	// EnvService is the service when Options.Service is empty.
+	EnvService = "POWERTOOLS_SERVICE_NAME"
 )
 
-// Options configures a Recorder.
+// serviceDimension is the dimension the service becomes, named as
+// Powertools names it.
+const serviceDimension = "service"
+
+// Options configures a Recorder. Every name and value is checked at New
+// against what CloudWatch accepts (see New).
 type Options struct {
 	// Namespace is the CloudWatch namespace of every metric, such as
-	// "Herdguard" (required).
+	// "Herdguard". Empty means the environment's
+	// POWERTOOLS_METRICS_NAMESPACE; one of them is required.
 	Namespace string
+	// Service, if not empty, is the value of the dimension "service" of
+	// every metric, as in Powertools. Empty means the environment's
+	// POWERTOOLS_SERVICE_NAME, unless Dimensions has a "service" of its
+	// own, which wins; with none of them there is no service dimension.
+	// Setting both Service and Dimensions["service"] is an error.
+	Service string
 	// Dimensions are the dimensions of every metric, name to value, such as
-	// {"FunctionName": ..., "Partner": ...}: at most 30 (EMF's limit), names and
-	// values non-empty. An alarm must name exactly these to see the metrics.
+	// {"FunctionName": ..., "Partner": ...}: at most 30 with the service.
+	// An alarm must name exactly these, and "service" when Service or
+	// POWERTOOLS_SERVICE_NAME sets one, to see the metrics.
 	Dimensions map[string]string
+	// Metadata are properties written with every flush, name to any
+	// value encoding/json encodes, such as {"Region": "eu-central-1"}: log
+	// fields that Logs Insights can query, not dimensions, so they cost
+	// no metric. Names follow the rules of dimension names and may not be
+	// a dimension's or a metric's. The values are encoded at New.
+	Metadata map[string]any
 	// Now is the clock of the flush's Timestamp (default time.Now).
 	Now func() time.Time
 }
@@ -114,6 +148,7 @@ type Recorder struct {
 	namespace string
 	dims      []string // sorted dimension names
 	values    map[string]string
+	metadata  map[string]json.RawMessage
 	now       func() time.Time
 
 	wmu       sync.Mutex          // held while writing a line, so that lines never interleave
@@ -123,34 +158,91 @@ type Recorder struct {
 	exhausted map[string]struct{} // names of the budgets that refused; guarded by mu
 }
 
-// New returns a Recorder that writes to w (os.Stdout in Lambda). A nil w
-// or Options CloudWatch would reject is a *herdguard.ConfigError.
+// New returns a Recorder that writes to w (os.Stdout in Lambda), taking
+// the namespace and the service from the environment where o leaves them
+// empty (see Options). It checks every name and value as CloudWatch would:
+//
+//   - the namespace: 1 to 255 characters among 0-9A-Za-z . - _ / # :, not
+//     starting with ':' nor in AWS/;
+//   - at most 30 dimensions, the service included;
+//   - a dimension name, or a metadata name: 1 to 250 printable ASCII
+//     characters, not only whitespace, not starting with ':', and neither
+//     "_aws", nor a metric's name, nor ExhaustedBudgets; a metadata name
+//     may not be a dimension's either;
+//   - a dimension value, and the service: 1 to 1,024 printable ASCII
+//     characters (no control character such as a newline), not only
+//     whitespace.
+//
+// An error matches ErrInvalid and is a *herdguard.ConfigError naming the
+// option, or the environment variable, and what is wrong.
 func New(w io.Writer, o Options) (*Recorder, error) {
-	bad := func(field, format string, args ...any) error {
-		return &herdguard.ConfigError{Field: "emf." + field, Reason: fmt.Sprintf(format, args...)}
+	if w == nil {
+		return nil, invalid("emf.New w", "is nil")
 	}
-	switch {
-	case w == nil:
-		return nil, bad("New w", "is nil")
-	case o.Namespace == "" || len(o.Namespace) > maxNameLen:
-		return nil, bad("Options.Namespace", "is %q; want 1 to %d characters", o.Namespace, maxNameLen)
-	case len(o.Dimensions) > maxDimensions:
-		return nil, bad("Options.Dimensions", "has %d entries, more than EMF's %d", len(o.Dimensions), maxDimensions)
-	}
-	for k, v := range o.Dimensions {
-		switch {
-		case k == "" || len(k) > maxNameLen || k == "_aws":
-			return nil, bad("Options.Dimensions", "has a name %q; want 1 to %d characters, not _aws", k, maxNameLen)
-		case slices.Contains(metricOrder, k) || k == propExhaustedBudgets:
-			return nil, bad("Options.Dimensions", "has a name %q that is a metric's", k)
-		case v == "" || len(v) > maxNameLen:
-			return nil, bad("Options.Dimensions", "[%q] is %q; want 1 to %d characters", k, v, maxNameLen)
+	ns, nsField := o.Namespace, "emf.Options.Namespace"
+	if ns == "" {
+		ns, nsField = os.Getenv(EnvNamespace), EnvNamespace
+		if ns == "" {
+			return nil, invalid("emf.Options.Namespace", "is empty and %s is not set; want a namespace such as \"Herdguard\"", EnvNamespace)
 		}
 	}
+	if msg := checkNamespace(ns); msg != "" {
+		return nil, invalid(nsField, "%s %s", quote(ns), msg)
+	}
+	dims := maps.Clone(o.Dimensions)
+	if dims == nil {
+		dims = map[string]string{}
+	}
+	_, hasService := dims[serviceDimension]
+	switch {
+	case o.Service != "" && hasService:
+		return nil, invalid("emf.Options.Service", "and Dimensions[%q] are both set; set one", serviceDimension)
+	case o.Service != "":
+		if msg := checkDimensionValue(o.Service); msg != "" {
+			return nil, invalid("emf.Options.Service", "%s %s", quote(o.Service), msg)
+		}
+		dims[serviceDimension] = o.Service
+	case !hasService:
+		if svc := os.Getenv(EnvService); svc != "" {
+			if msg := checkDimensionValue(svc); msg != "" {
+				return nil, invalid(EnvService, "%s %s", quote(svc), msg)
+			}
+			dims[serviceDimension] = svc
+		}
+	}
+	if len(dims) > maxDimensions {
+		return nil, invalid("emf.Options.Dimensions", "has %d dimensions (the service included), more than %d", len(dims), maxDimensions)
+	}
+	names := slices.Sorted(maps.Keys(dims)) // in order, so that the error is the same every time
+	for _, k := range names {
+		field := fmt.Sprintf("emf.Options.Dimensions[%s]", quote(k))
+		if msg := checkPropertyName(k); msg != "" {
+			return nil, invalid(field, "name %s", msg)
+		}
+		if msg := checkDimensionValue(dims[k]); msg != "" {
+			return nil, invalid(field, "value %s %s", quote(dims[k]), msg)
+		}
+	}
+	metadata := make(map[string]json.RawMessage, len(o.Metadata))
+	for _, k := range slices.Sorted(maps.Keys(o.Metadata)) {
+		field := fmt.Sprintf("emf.Options.Metadata[%s]", quote(k))
+		if msg := checkPropertyName(k); msg != "" {
+			return nil, invalid(field, "name %s", msg)
+		}
+		if _, ok := dims[k]; ok {
+			return nil, invalid(field, "name is a dimension's")
+		}
+		v, err := json.Marshal(o.Metadata[k])
+		if err != nil {
+			return nil, invalid(field, "value cannot be encoded as JSON: %v", err)
+		}
+		metadata[k] = v
+	}
 	r := &Recorder{
-		namespace: o.Namespace,
-		dims:      slices.Sorted(maps.Keys(o.Dimensions)),
-		values:    maps.Clone(o.Dimensions),
+		namespace: ns,
+		dims:      names,
+		values:    dims,
+		metadata:  metadata,
 		now:       o.Now,
 		w:         w,
 		counts:    map[string]uint64{},
@@ -163,6 +255,21 @@ func New(w io.Writer, o Options) (*Recorder, error) {
 		r.dims = []string{} // a dimension set with no dimension: [[]], never [null]
 	}
 	return r, nil
+}
+
+// checkPropertyName returns what is wrong with the name of a dimension or
+// of metadata, properties of the root of the EMF object.
+func checkPropertyName(k string) string {
+	if msg := checkDimensionName(k); msg != "" {
+		return msg
+	}
+	switch {
+	case k == "_aws":
+		return "is _aws, EMF's metadata"
+	case slices.Contains(metricOrder, k), k == propExhaustedBudgets:
+		return "is a metric's or ExhaustedBudgets"
+	}
+	return ""
 }
 
 // Instrument makes the Recorder count what the hooks of an Executor's
@@ -218,8 +325,15 @@ func (r *Recorder) Instrument(cfg *retry.Config, s *breaker.Settings) {
 // giveUp counts the calls the breaker refused and the retries a budget
 // refused, with the refusing budget's name (listed in the flushed object's
 // ExhaustedBudgets property: a log field, not a dimension, so it costs no
-// extra metric). Other give-ups are the caller's to count.
+// extra metric). A refusal caused by a store fault (a layer that fails
+// closed, or a throttled store call: its Cause matches
+// budget.ErrUnavailable or breaker.ErrStore) is not counted here: the
+// fault was counted as a store error when the layer reported it through
+// OnStoreError. Other give-ups are the caller's to count.
 func (r *Recorder) giveUp(gu *retry.GiveUpError) {
+	if storeFault(gu.Cause) {
+		return
+	}
 	switch gu.Reason {
 	case retry.BreakerOpen:
 		r.add(mBreakerRejected)
@@ -232,6 +346,12 @@ func (r *Recorder) giveUp(gu *retry.GiveUpError) {
 			r.exhausted[ex.Budget] = struct{}{}
 		}
 	}
+}
+
+// storeFault reports whether a refusal's cause is a fault of a budget's
+// or the breaker's store rather than the layer's decision.
+func storeFault(cause error) bool {
+	return errors.Is(cause, budget.ErrUnavailable) || errors.Is(cause, breaker.ErrStore)
 }
 
 // stateChange counts a change of the breaker's state seen by this
@@ -294,7 +414,10 @@ func (r *Recorder) take() ([]byte, error) {
 		Dimensions [][]string  `json:"Dimensions"`
 		Metrics    []metricDef `json:"Metrics"`
 	}
-	doc := make(map[string]any, len(r.values)+len(r.counts)+1)
+	doc := make(map[string]any, len(r.values)+len(r.metadata)+len(r.counts)+2)
+	for k, v := range r.metadata {
+		doc[k] = v
+	}
 	for k, v := range r.values {
 		doc[k] = v
 	}
