@@ -10,11 +10,11 @@
 // flushes its counts and the metrics before each invocation returns, and
 // answers a refusal with 503 and a Retry-After.
 //
-// Answers: 200 with the partner's JSON; 400 for a malformed station id; 404
-// when the partner does not know the station; 503 with Retry-After when the
-// breaker is open or the retry budget exhausted (the JSON body's reason says
-// which: breaker-open, budget-exhausted); 502 for every other answer of the
-// partner. A partner that cannot be reached fails the invocation.
+// Answers: the partner's own answer below 500 (200 with its JSON, 404 for a
+// station it does not know); 503 with Retry-After when the breaker is open
+// or the retry budget exhausted (the JSON body's reason says which:
+// breaker-open, budget-exhausted); 502 for a 5xx of the partner. A partner
+// that cannot be reached fails the invocation.
 //
 // Each invocation that retried, was refused or saw the breaker change ends
 // with one CloudWatch Embedded Metric Format line on stdout (namespace
