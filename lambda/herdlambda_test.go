@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,6 +155,20 @@ func (s *slowBudgets) ended() []time.Time {
 	return append([]time.Time(nil), s.calls...)
 }
 
+// slowFleet returns the Fleet of cfg over a slowBudgets, whose store calls
+// may take far longer than an invocation.
+func slowFleet(t *testing.T, cfg Config) (*Fleet, *slowBudgets) {
+	t.Helper()
+	store := &slowBudgets{Store: local.NewBudgetStore()}
+	cfg.Budgets = store
+	cfg.Fleet.StoreTimeout = time.Hour
+	f, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, store
+}
+
 // TestFlushEndsBeforeDeadlineLessReserve: the handler's context ends at
 // the invocation's deadline less Reserve and FlushTimeout; a handler that
 // overruns it leaves the flush less than FlushTimeout, and with a table that
@@ -163,16 +178,9 @@ func (s *slowBudgets) ended() []time.Time {
 func TestFlushEndsBeforeDeadlineLessReserve(t *testing.T) {
 	clearEnv(t)
 	synctest.Test(t, func(t *testing.T) {
-		store := &slowBudgets{Store: local.NewBudgetStore()}
 		cfg := localConfig(io.Discard, io.Discard)
-		cfg.Budgets = store
 		cfg.FlushTimeout, cfg.Reserve = time.Second, 300*time.Millisecond
-		cfg.Fleet.StoreTimeout = time.Hour
-		cfg.Fleet.Breaker.StoreTimeout = time.Hour
-		f, err := New(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f, store := slowFleet(t, cfg)
 		start := time.Now()
 		deadline := start.Add(5 * time.Second)
 		var handlerDeadline time.Time
@@ -185,7 +193,7 @@ func TestFlushEndsBeforeDeadlineLessReserve(t *testing.T) {
 		})
 		ctx, cancel := context.WithDeadline(lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "r-1"}), deadline)
 		defer cancel()
-		_, err = h(ctx, "event")
+		_, err := h(ctx, "event")
 		returned := time.Now()
 		if want := deadline.Add(-cfg.Reserve - cfg.FlushTimeout); !handlerDeadline.Equal(want) {
 			t.Errorf("the handler's deadline is %v after the start, want %v (the invocation's less Reserve and FlushTimeout)", handlerDeadline.Sub(start), want.Sub(start))
@@ -222,14 +230,7 @@ func retryTwice(ctx context.Context, f *Fleet, start time.Time) error {
 func TestFlushWithinFlushTimeout(t *testing.T) {
 	clearEnv(t)
 	synctest.Test(t, func(t *testing.T) {
-		store := &slowBudgets{Store: local.NewBudgetStore()}
-		cfg := localConfig(io.Discard, io.Discard)
-		cfg.Budgets = store
-		cfg.Fleet.StoreTimeout = time.Hour
-		f, err := New(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f, store := slowFleet(t, localConfig(io.Discard, io.Discard))
 		var returned time.Time
 		start := time.Now()
 		h := Wrap(f, func(ctx context.Context, _ string) (string, error) {
@@ -266,9 +267,16 @@ func invokeRefused[R any](t *testing.T, err error) (R, error) {
 	return h(context.Background(), json.RawMessage(`{}`))
 }
 
-// check503 checks an HTTP answer to a refusal.
-func check503(t *testing.T, kind string, status int, headers map[string]string, body, reason, retryAfter string) {
+// refused503 runs a handler with response type R that fails with err and
+// checks that the answer, whose status, headers and body fields gives, is
+// 503 with the reason and the Retry-After.
+func refused503[R any](t *testing.T, kind string, err error, reason, retryAfter string, fields func(R) (int, map[string]string, string)) R {
 	t.Helper()
+	resp, herr := invokeRefused[R](t, err)
+	if herr != nil {
+		t.Errorf("%s: error %v, want a response", kind, herr)
+	}
+	status, headers, body := fields(resp)
 	var b struct {
 		Reason            string `json:"reason"`
 		RetryAfterSeconds int    `json:"retryAfterSeconds"`
@@ -277,9 +285,10 @@ func check503(t *testing.T, kind string, status int, headers map[string]string, 
 		t.Errorf("%s: body %q is not JSON: %v", kind, body, err)
 	}
 	if status != http.StatusServiceUnavailable || headers["Retry-After"] != retryAfter || b.Reason != reason ||
-		headers["Content-Type"] != "application/json" {
+		strconv.Itoa(b.RetryAfterSeconds) != retryAfter || headers["Content-Type"] != "application/json" {
 		t.Errorf("%s: %d, headers %v, body %q; want 503 with Retry-After %s and reason %s", kind, status, headers, body, retryAfter, reason)
 	}
+	return resp
 }
 
 func TestRefusalIs503WithRetryAfterPerEventType(t *testing.T) {
@@ -294,38 +303,27 @@ func TestRefusalIs503WithRetryAfterPerEventType(t *testing.T) {
 		{&budget.ExhaustedError{Budget: "local-ratio"}, ReasonBudgetExhausted, "5"}, // no hint: the fallback
 		{&breaker.OpenError{RetryAfter: 200 * time.Millisecond}, ReasonBreakerOpen, "1"},
 	} {
-		v2, err := invokeRefused[events.APIGatewayV2HTTPResponse](t, tc.err)
-		if err != nil {
-			t.Errorf("HTTP API: error %v, want a response", err)
-		}
-		check503(t, "HTTP API", v2.StatusCode, v2.Headers, v2.Body, tc.reason, tc.retryAfter)
-
-		v1, err := invokeRefused[events.APIGatewayProxyResponse](t, tc.err)
-		if err != nil {
-			t.Errorf("REST API: error %v, want a response", err)
-		}
-		check503(t, "REST API", v1.StatusCode, v1.Headers, v1.Body, tc.reason, tc.retryAfter)
+		refused503(t, "HTTP API", tc.err, tc.reason, tc.retryAfter, func(r events.APIGatewayV2HTTPResponse) (int, map[string]string, string) {
+			return r.StatusCode, r.Headers, r.Body
+		})
+		v1 := refused503(t, "REST API", tc.err, tc.reason, tc.retryAfter, func(r events.APIGatewayProxyResponse) (int, map[string]string, string) {
+			return r.StatusCode, r.Headers, r.Body
+		})
 		if got := v1.MultiValueHeaders["Retry-After"]; len(got) != 1 || got[0] != tc.retryAfter {
 			t.Errorf("REST API: multi-value Retry-After %v", got)
 		}
-
-		url, err := invokeRefused[events.LambdaFunctionURLResponse](t, tc.err)
-		if err != nil {
-			t.Errorf("function URL: error %v, want a response", err)
-		}
-		check503(t, "function URL", url.StatusCode, url.Headers, url.Body, tc.reason, tc.retryAfter)
-
-		alb, err := invokeRefused[events.ALBTargetGroupResponse](t, tc.err)
-		if err != nil {
-			t.Errorf("ALB: error %v, want a response", err)
-		}
-		check503(t, "ALB", alb.StatusCode, alb.Headers, alb.Body, tc.reason, tc.retryAfter)
+		refused503(t, "function URL", tc.err, tc.reason, tc.retryAfter, func(r events.LambdaFunctionURLResponse) (int, map[string]string, string) {
+			return r.StatusCode, r.Headers, r.Body
+		})
+		alb := refused503(t, "ALB", tc.err, tc.reason, tc.retryAfter, func(r events.ALBTargetGroupResponse) (int, map[string]string, string) {
+			return r.StatusCode, r.Headers, r.Body
+		})
 		if got := alb.MultiValueHeaders["Retry-After"]; len(got) != 1 || got[0] != tc.retryAfter || alb.StatusDescription != "503 Service Unavailable" {
 			t.Errorf("ALB: multi-value Retry-After %v, status description %q", got, alb.StatusDescription)
 		}
 
 		// Any other event: a typed error that keeps the cause.
-		_, err = invokeRefused[events.SQSEventResponse](t, tc.err)
+		_, err := invokeRefused[events.SQSEventResponse](t, tc.err)
 		var re *RefusedError
 		if !errors.As(err, &re) || re.Reason != tc.reason || re.RetryAfter.String() != tc.retryAfter+"s" || !errors.Is(err, tc.err) {
 			t.Errorf("SQS: %v, want a *RefusedError %s after %ss wrapping %v", err, tc.reason, tc.retryAfter, tc.err)
