@@ -13,10 +13,11 @@
 //		return handler, err
 //	}
 //
-// Around each invocation, the handler Start (or Wrap) runs:
+// Each invocation, the handler Start runs (Wrap's):
 //
-//   - gets a context whose deadline is the invocation's less Reserve and
-//     FlushTimeout, so that a partner call ends in time for the flush;
+//   - gives the handler a context whose deadline is the invocation's less
+//     Reserve and FlushTimeout, so that a partner call ends in time for the
+//     flush;
 //   - then flushes the Executor (Executor.Flush: the fleet-wide budget's
 //     and the breaker's counts), within FlushTimeout and never later than
 //     the deadline less Reserve, however slow the table, and writes the
@@ -31,7 +32,7 @@
 //     API Gateway (events.APIGatewayProxyResponse,
 //     events.APIGatewayV2HTTPResponse), a function URL
 //     (events.LambdaFunctionURLResponse) or an Application Load Balancer
-//     (events.ALBTargetGroupResponse); for other events it returns a
+//     (events.ALBTargetGroupResponse), as values; for other events it returns a
 //     *RefusedError, which Lambda reports with errorType "RefusedError".
 //     Other errors are returned as the handler returned them.
 //
@@ -224,7 +225,8 @@ func (f *Fleet) hook(cfg *fleet.Config) {
 }
 
 // Start builds the Fleet (New), runs setup once with it to get the
-// handler, and hands the wrapped handler (Wrap) to lambda.Start. If New or
+// handler, and hands the wrapped handler (Wrap) to lambda.Start. setup's
+// context ends with the initialisation (at most 10 s, Lambda's limit). If New or
 // setup fails, it reports the error to the Lambda Runtime API as an init
 // error (Runtime.InvalidConfiguration) and exits.
 func Start[E, R any](cfg Config, setup func(context.Context, *Fleet) (func(context.Context, E) (R, error), error)) {
