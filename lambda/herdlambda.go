@@ -270,7 +270,7 @@ func Wrap[E, R any](f *Fleet, h func(context.Context, E) (R, error)) func(contex
 		secs := retryAfterSeconds(err)
 		f.Logger.LogAttrs(ctx, slog.LevelInfo, MsgRefused, slog.String("reason", reason),
 			slog.Int("retry_after_s", secs), slog.String("error", err.Error()))
-		if answer503(&resp, reason, secs) {
+		if answer503(&resp, event, reason, secs) {
 			return resp, nil
 		}
 		return resp, &RefusedError{Reason: reason, RetryAfter: time.Duration(secs) * time.Second, Err: err}
@@ -339,9 +339,9 @@ func retryAfterSeconds(err error) int {
 	return int(min(max(math.Ceil(d.Seconds()), 1), 86400))
 }
 
-// answer503 sets *resp to the 503 of a refusal when it is an HTTP
+// answer503 sets *resp to the 503 of a refusal to event when it is an HTTP
 // response it knows, and reports whether it was.
-func answer503(resp any, reason string, secs int) bool {
+func answer503(resp, event any, reason string, secs int) bool {
 	body, _ := json.Marshal(struct {
 		Message           string `json:"message"`
 		Reason            string `json:"reason"`
@@ -358,10 +358,12 @@ func answer503(resp any, reason string, secs int) bool {
 	case *events.LambdaFunctionURLResponse:
 		*r = events.LambdaFunctionURLResponse{StatusCode: code, Headers: h, Body: string(body)}
 	case *events.ALBTargetGroupResponse:
-		// A target group with multi-value headers reads only
-		// multiValueHeaders, one without only headers.
-		*r = events.ALBTargetGroupResponse{StatusCode: code, StatusDescription: "503 Service Unavailable",
-			Headers: h, MultiValueHeaders: mv, Body: string(body)}
+		// A target group with multi-value headers sends multiValueHeaders
+		// and reads only those; one without, headers.
+		*r = events.ALBTargetGroupResponse{StatusCode: code, StatusDescription: "503 Service Unavailable", Headers: h, Body: string(body)}
+		if req, ok := event.(events.ALBTargetGroupRequest); ok && req.MultiValueHeaders != nil {
+			r.Headers, r.MultiValueHeaders = nil, mv
+		}
 	default:
 		return false
 	}

@@ -318,8 +318,8 @@ func TestRefusalIs503WithRetryAfterPerEventType(t *testing.T) {
 		alb := refused503(t, "ALB", tc.err, tc.reason, tc.retryAfter, func(r events.ALBTargetGroupResponse) (int, map[string]string, string) {
 			return r.StatusCode, r.Headers, r.Body
 		})
-		if got := alb.MultiValueHeaders["Retry-After"]; len(got) != 1 || got[0] != tc.retryAfter || alb.StatusDescription != "503 Service Unavailable" {
-			t.Errorf("ALB: multi-value Retry-After %v, status description %q", got, alb.StatusDescription)
+		if alb.MultiValueHeaders != nil || alb.StatusDescription != "503 Service Unavailable" {
+			t.Errorf("ALB without multi-value headers: multi-value headers %v, status description %q", alb.MultiValueHeaders, alb.StatusDescription)
 		}
 
 		// Any other event: a typed error that keeps the cause.
@@ -328,6 +328,24 @@ func TestRefusalIs503WithRetryAfterPerEventType(t *testing.T) {
 		if !errors.As(err, &re) || re.Reason != tc.reason || re.RetryAfter.String() != tc.retryAfter+"s" || !errors.Is(err, tc.err) {
 			t.Errorf("SQS: %v, want a *RefusedError %s after %ss wrapping %v", err, tc.reason, tc.retryAfter, tc.err)
 		}
+	}
+}
+
+// TestRefusalToALBWithMultiValueHeaders: a target group with multi-value
+// headers reads only multiValueHeaders.
+func TestRefusalToALBWithMultiValueHeaders(t *testing.T) {
+	clearEnv(t)
+	f, err := New(context.Background(), localConfig(io.Discard, io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := Wrap(f, func(context.Context, events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
+		return events.ALBTargetGroupResponse{}, &breaker.OpenError{RetryAfter: 4 * time.Second}
+	})
+	resp, err := h(context.Background(), events.ALBTargetGroupRequest{MultiValueHeaders: map[string][]string{"accept": {"*/*"}}})
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Headers != nil ||
+		len(resp.MultiValueHeaders["Retry-After"]) != 1 || resp.MultiValueHeaders["Retry-After"][0] != "4" {
+		t.Errorf("got %+v, %v; want 503 with Retry-After 4 in multiValueHeaders only", resp, err)
 	}
 }
 
