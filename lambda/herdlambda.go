@@ -169,18 +169,12 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	fc := s.Fleet
 	f.hook(&fc)
 	f.metrics.Instrument(&fc.Retry, &fc.Breaker)
-	switch {
-	case s.Budgets != nil:
+	if s.Budgets != nil {
 		f.Executor, err = fleet.NewWithStores(s.Budgets, s.Breakers, s.Name, fc)
-	case s.Table == "":
-		// Unreachable: fromEnvironment requires a table without stores.
-		err = errors.New("herdlambda: no table")
-	default:
-		// The configuration first, so that it is reported before the
-		// table is touched (or when there is no way to reach it).
-		if _, err = fleet.NewWithStores(local.NewBudgetStore(), local.NewBreakerStore(), s.Name, fc); err != nil {
-			break
-		}
+	} else if _, err = fleet.NewWithStores(local.NewBudgetStore(), local.NewBreakerStore(), s.Name, fc); err == nil {
+		// The configuration was checked first, over in-memory stores, so
+		// that it is reported before the table is touched (or when there
+		// is no way to reach it).
 		api, cerr := dynamo.NewClient(ctx, dynamo.ClientOptions{Endpoint: s.DynamoDBEndpoint})
 		if cerr != nil {
 			return nil, fmt.Errorf("herdlambda: DynamoDB client: %w", cerr)
