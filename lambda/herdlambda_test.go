@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,21 +75,52 @@ func TestBadVariableFailsNamingIt(t *testing.T) {
 		{"HERDGUARD_DYNAMODB_ENDPOINT", "localhost:8000"},
 		{"HERDGUARD_NAME", "a#b"},
 	} {
-		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
-			clearEnv(t)
-			t.Setenv(tc.name, tc.value)
-			cfg := localConfig(io.Discard, io.Discard)
-			cfg.Name = ""
-			t.Setenv("HERDGUARD_NAME", "partner")
-			t.Setenv(tc.name, tc.value)
-			if tc.name == "HERDGUARD_DYNAMODB_ENDPOINT" {
-				cfg.Budgets, cfg.Table = nil, "herdguard"
-			}
-			_, err := New(context.Background(), cfg)
-			if err == nil || !strings.Contains(err.Error(), tc.name) {
-				t.Fatalf("New with %s=%q: %v; want an error naming %s", tc.name, tc.value, err, tc.name)
-			}
-		})
+		// Over in-memory stores, and over a table behind an endpoint that
+		// refuses connections: a fault New would survive (it reports it
+		// and goes on), so only the configuration check can fail it.
+		for _, table := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s=%s,table=%t", tc.name, tc.value, table), func(t *testing.T) {
+				clearEnv(t)
+				cfg := localConfig(io.Discard, io.Discard)
+				cfg.Name = ""
+				t.Setenv("HERDGUARD_NAME", "partner")
+				if table {
+					cfg.Budgets, cfg.Breakers = nil, nil
+					t.Setenv("HERDGUARD_TABLE", "herdguard")
+					t.Setenv("HERDGUARD_DYNAMODB_ENDPOINT", "http://127.0.0.1:9")
+					t.Setenv("AWS_REGION", "us-east-1")
+					t.Setenv("AWS_ACCESS_KEY_ID", "herdguard")
+					t.Setenv("AWS_SECRET_ACCESS_KEY", "herdguard")
+					t.Setenv("AWS_CONFIG_FILE", os.DevNull)
+					t.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
+				}
+				t.Setenv(tc.name, tc.value)
+				_, err := New(context.Background(), cfg)
+				if err == nil || !strings.Contains(err.Error(), tc.name) {
+					t.Fatalf("New with %s=%q: %v; want an error naming %s", tc.name, tc.value, err, tc.name)
+				}
+			})
+		}
+	}
+}
+
+// TestTableUnreachableIsNoInitError: the valid configuration of the test
+// above, over the table that refuses connections, initialises (the
+// breaker starts on its local state), so that the test's failures are the
+// configuration's.
+func TestTableUnreachableIsNoInitError(t *testing.T) {
+	clearEnv(t)
+	for k, v := range map[string]string{"HERDGUARD_NAME": "partner", "HERDGUARD_TABLE": "herdguard",
+		"HERDGUARD_DYNAMODB_ENDPOINT": "http://127.0.0.1:9", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "herdguard",
+		"AWS_SECRET_ACCESS_KEY": "herdguard", "AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull} {
+		t.Setenv(k, v)
+	}
+	var logs bytes.Buffer
+	if _, err := New(context.Background(), Config{Metrics: io.Discard, Log: slog.NewJSONHandler(&logs, nil)}); err != nil {
+		t.Fatalf("New over an unreachable table: %v", err)
+	}
+	if !strings.Contains(logs.String(), MsgBreakerStoreUnavailable) {
+		t.Errorf("the failed warm-up read was not logged:\n%s", logs.String())
 	}
 }
 
