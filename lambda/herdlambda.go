@@ -188,7 +188,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 }
 
 // hook logs the Executor's and the breaker's store faults and the
-// breaker's state changes, after any hook cfg already has.
+// breaker's state changes, then calls the hook cfg already had, if any.
 func (f *Fleet) hook(cfg *fleet.Config) {
 	warn := func(msg string, attrs ...slog.Attr) {
 		f.Logger.LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
