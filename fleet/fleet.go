@@ -48,7 +48,6 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/internal/fleethook"
 	"github.com/herdguard/herdguard/internal/names"
 	"github.com/herdguard/herdguard/internal/ratio"
 	"github.com/herdguard/herdguard/retry"
@@ -106,8 +105,6 @@ const (
 	// connection's TCP and TLS handshakes.
 	warmUpTimeout = time.Second
 )
-
-func init() { fleethook.Build = buildAny }
 
 // New returns the Executor for the partner called name (1 to 128 bytes of
 // letters, digits, '-', '_', '.' and ':'; the budget and the breaker are
@@ -244,11 +241,6 @@ func NewWithStores(budgets budget.Store, breakers breaker.Store, name string, cf
 		return nil, err
 	}
 	return build(budgets, breakers, name, cfg)
-}
-
-// buildAny is NewWithStores for internal/fleethook.
-func buildAny(budgets budget.Store, breakers breaker.Store, name string, cfg any) (*retry.Executor, error) {
-	return NewWithStores(budgets, breakers, name, cfg.(Config))
 }
 
 // relabel renames the field of a *herdguard.ConfigError from a layer's

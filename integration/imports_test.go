@@ -28,7 +28,7 @@ func TestImportRules(t *testing.T) {
 		"local":                {"herdguard", "budget", "breaker", "internal/memstore", "internal/ratio"},
 		"dynamo":               {"herdguard", "budget", "breaker", "internal/layout", "internal/slothint", "internal/names"},
 		"retry":                {"herdguard", "budget", "breaker", "internal/attempt", "internal/layers", "internal/ratio", "internal/hint", "internal/sleep"},
-		"fleet":                {"herdguard", "budget", "breaker", "local", "dynamo", "retry", "internal/fleethook", "internal/names", "internal/ratio"},
+		"fleet":                {"herdguard", "budget", "breaker", "local", "dynamo", "retry", "internal/names", "internal/ratio"},
 		"internal/memstore":    {"budget", "breaker", "internal/capacity", "internal/layout", "internal/slothint", "internal/names"},
 		"internal/layout":      {"breaker"},
 		"internal/slothint":    {"breaker"},
@@ -45,7 +45,6 @@ func TestImportRules(t *testing.T) {
 		"internal/layers":      {"budget"},
 		"internal/globalcfg":   {"budget", "internal/knobs"},
 		"internal/faultproxy":  {"internal/capacity"},
-		"internal/fleethook":   {"budget", "breaker", "retry"},
 		"internal/ratio":       {"herdguard", "budget"},
 	}
 	awsFree := map[string]bool{"herdguard": true, "budget": true, "breaker": true, "local": true, "retry": true}

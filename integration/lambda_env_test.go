@@ -24,8 +24,9 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 )
 
-// Messages the bikes function logs (examples/bikes/setup.go); the fleet test
-// counts them. Package main cannot be imported, hence the copies.
+// Messages the bikes function logs (herdlambda.MsgBudgetStoreUnavailable and
+// herdlambda.MsgBreakerStoreUnavailable); the fleet test counts them. This
+// module does not require the lambda module, hence the copies.
 const (
 	msgBudgetStoreUnavailable  = "retry budget store unavailable; the layer abstained"
 	msgBreakerStoreUnavailable = "breaker store failed; using local state"

@@ -274,8 +274,8 @@ func TestLambdaUnderRIE(t *testing.T) {
 	// machine, and a store call that times out sends the breaker to its
 	// local state machine, whose state the second environment cannot read.
 	env := withEnv(fleetEnvironment(table, dynamoEndpoint, partner.srv.URL),
-		"BREAKER_MIN_REQUESTS=6", "BREAKER_OPEN_DURATION=30s",
-		"STORE_TIMEOUT=1500ms", "FLUSH_TIMEOUT=1500ms")
+		"HERDGUARD_BREAKER_MIN_REQUESTS=6", "HERDGUARD_BREAKER_OPEN_DURATION=30s",
+		"HERDGUARD_STORE_TIMEOUT=1500ms", "HERDGUARD_FLUSH_TIMEOUT=1500ms")
 
 	first := startRIE(t, rie, bin, "rie-1", env)
 

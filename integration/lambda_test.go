@@ -75,25 +75,25 @@ func fleetEnvironment(table, dynamoURL, partnerURL string) []string {
 		"AWS_CONFIG_FILE=" + os.DevNull,
 		"AWS_SHARED_CREDENTIALS_FILE=" + os.DevNull,
 		"TZ=UTC",
-		"TABLE_NAME=" + table,
-		"DYNAMODB_ENDPOINT=" + dynamoURL,
+		"HERDGUARD_TABLE=" + table,
+		"HERDGUARD_DYNAMODB_ENDPOINT=" + dynamoURL,
 		"PARTNER_URL=" + partnerURL,
 		"HERDGUARD_NAME=" + fleetBreakerName,
-		"MAX_ATTEMPTS=3",
-		"ATTEMPT_TIMEOUT=500ms",
-		"RETRY_BASE_DELAY=5ms",
-		"RETRY_MAX_DELAY=20ms",
-		"RETRY_RATIO=" + strconv.FormatFloat(fleetRatio, 'f', -1, 64),
-		"RETRY_WINDOW=" + fleetWindow.String(),
-		"RETRY_FLOOR=" + strconv.Itoa(fleetFloor),
-		"LOCAL_RETRY_FLOOR=" + strconv.Itoa(fleetLocalFloor),
-		"BUDGET_SHARDS=1",
-		"BREAKER_MIN_REQUESTS=" + strconv.Itoa(fleetMinRequests),
-		"BREAKER_OPEN_DURATION=" + fleetOpenDuration.String(),
-		"BREAKER_CACHE_TTL=" + fleetCacheTTL.String(),
-		"STORE_TIMEOUT=" + fleetStoreTimeout.String(),
-		"FLUSH_TIMEOUT=300ms",
-		"LOG_LEVEL=info",
+		"HERDGUARD_MAX_ATTEMPTS=3",
+		"HERDGUARD_ATTEMPT_TIMEOUT=500ms",
+		"HERDGUARD_BASE_DELAY=5ms",
+		"HERDGUARD_MAX_DELAY=20ms",
+		"HERDGUARD_RATIO=" + strconv.FormatFloat(fleetRatio, 'f', -1, 64),
+		"HERDGUARD_WINDOW=" + fleetWindow.String(),
+		"HERDGUARD_FLOOR=" + strconv.Itoa(fleetFloor),
+		"HERDGUARD_LOCAL_FLOOR=" + strconv.Itoa(fleetLocalFloor),
+		"HERDGUARD_SHARDS=1",
+		"HERDGUARD_BREAKER_MIN_REQUESTS=" + strconv.Itoa(fleetMinRequests),
+		"HERDGUARD_BREAKER_OPEN_DURATION=" + fleetOpenDuration.String(),
+		"HERDGUARD_BREAKER_CACHE_TTL=" + fleetCacheTTL.String(),
+		"HERDGUARD_STORE_TIMEOUT=" + fleetStoreTimeout.String(),
+		"HERDGUARD_FLUSH_TIMEOUT=300ms",
+		"HERDGUARD_LOG_LEVEL=info",
 	}
 }
 
@@ -555,7 +555,7 @@ func TestLambdaInitErrorReachesRuntimeAPI(t *testing.T) {
 		"AWS_LAMBDA_FUNCTION_NAME=bikes-broken",
 		"AWS_REGION=us-east-1",
 		"PARTNER_URL=http://127.0.0.1:9",
-		"RETRY_RATIO=2",
+		"HERDGUARD_RATIO=2",
 	})
 	select {
 	case <-e.exited:
@@ -569,8 +569,8 @@ func TestLambdaInitErrorReachesRuntimeAPI(t *testing.T) {
 	if ie == nil {
 		t.Fatalf("no init error reported; output:\n%s", e.logs())
 	}
-	if ie.HeaderType != "Runtime.InvalidConfiguration" || !strings.Contains(ie.Message, "TABLE_NAME") || !strings.Contains(ie.Message, "RETRY_RATIO") {
-		t.Errorf("init error %+v, want Runtime.InvalidConfiguration naming TABLE_NAME and RETRY_RATIO", ie)
+	if ie.HeaderType != "Runtime.InvalidConfiguration" || !strings.Contains(ie.Message, "HERDGUARD_TABLE") || !strings.Contains(ie.Message, "HERDGUARD_RATIO") {
+		t.Errorf("init error %+v, want Runtime.InvalidConfiguration naming HERDGUARD_TABLE and HERDGUARD_RATIO", ie)
 	}
 	if e.api.Polls() != 0 {
 		t.Errorf("the process asked for %d invocations after failing to initialise", e.api.Polls())

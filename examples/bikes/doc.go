@@ -2,31 +2,26 @@
 // in Go, ready to deploy with the top-level template.yaml (AWS SAM,
 // provided.al2023 on arm64): behind an HTTP API, GET
 // /stations/{stationId}/bikes asks a partner how many bikes a station has,
-// through a herdguard Executor.
+// through herdguard, with package herdlambda doing the Lambda side.
 //
-// The Executor lives at package level, built once per execution environment,
-// so that its budgets and breaker count across invocations. It layers an
-// in-memory ratio budget with a small floor, the fleet-wide ratio budget in
-// DynamoDB, and the circuit breaker whose state is shared through the same
-// table.
+// herdlambda builds the partner's Executor once per execution environment
+// (an in-memory ratio budget with a small floor, the fleet-wide ratio
+// budget in DynamoDB and the breaker whose state the same table shares),
+// flushes its counts and the metrics before each invocation returns, and
+// answers a refusal with 503 and a Retry-After.
 //
-// Answers: 200 with the partner's JSON; 400 for a missing or malformed
-// station id; 404 when the partner does not know the station; 503 with
-// Retry-After when the breaker is open, the retry budget is exhausted or the
-// partner itself asked to come back later; 502 for every other partner
-// failure. Every attempt has its own timeout (ATTEMPT_TIMEOUT) and the whole
-// call ends before the invocation's deadline. Pending counts are flushed to
-// DynamoDB before the handler returns, since Lambda may freeze the
-// environment afterwards.
+// Answers: the partner's own answer below 500 (200 with its JSON, 404 for a
+// station it does not know); 503 with Retry-After when the breaker is open
+// or the retry budget exhausted (the JSON body's reason says which:
+// breaker-open, budget-exhausted); 502 for a 5xx of the partner. A partner
+// that cannot be reached fails the invocation.
 //
 // Each invocation that retried, was refused or saw the breaker change ends
-// with one CloudWatch Embedded Metric Format line on stdout (package emf:
-// namespace Herdguard, dimensions FunctionName and Partner; metrics
-// Retries, BudgetExhausted, BreakerOpened and the others emf lists);
-// template.yaml puts alarms on BudgetExhausted and BreakerOpened. Log
-// records (JSON on stderr) carry the invocation's request id, requestId.
+// with one CloudWatch Embedded Metric Format line on stdout (namespace
+// Herdguard, dimensions FunctionName and Partner); template.yaml puts alarms
+// on them. Log records (JSON on stderr) carry requestId and coldStart.
 //
-// Configuration comes from environment variables (see config.go):
-// TABLE_NAME and PARTNER_URL are required; DYNAMODB_ENDPOINT points the
-// function at DynamoDB Local.
+// Configuration: PARTNER_URL (the partner's base URL) and herdlambda's
+// HERDGUARD_* variables, of which HERDGUARD_NAME and HERDGUARD_TABLE are
+// required; template.yaml sets them.
 package main

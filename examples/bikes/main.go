@@ -1,74 +1,49 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
-	"sync"
-	"time"
 
-	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/events"
+
+	herdlambda "github.com/herdguard/herdguard/lambda"
+	"github.com/herdguard/herdguard/retry"
 )
 
-// The function of this execution environment, built on first use. Lambda
-// runs main once per environment; the sync.Once also keeps tests that call
-// current() from building it twice.
-var (
-	buildOnce sync.Once
-	built     *function
-	buildErr  error
-)
+func main() { herdlambda.Start(herdlambda.Config{}, setup) }
 
-// current returns this environment's function, building it from the
-// environment variables on first use.
-func current() (*function, error) {
-	buildOnce.Do(func() {
-		built, buildErr = setup(context.Background(), os.LookupEnv, os.Stdout, os.Stderr)
-	})
-	return built, buildErr
-}
-
-func main() {
-	f, err := current()
+// setup runs once per execution environment, after herdlambda has built the
+// partner's Executor from the HERDGUARD_* variables.
+func setup(ctx context.Context, f *herdlambda.Fleet) (func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error), error) {
+	partner, err := url.Parse(os.Getenv("PARTNER_URL"))
+	if err != nil || partner.Host == "" {
+		return nil, fmt.Errorf("PARTNER_URL %q: want an absolute http:// or https:// URL", os.Getenv("PARTNER_URL"))
+	}
+	transport, err := retry.NewTransport(f.Executor, nil, retry.TransportOptions{})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bikes: initialisation failed: %v\n", err)
-		reportInitError(os.Getenv("AWS_LAMBDA_RUNTIME_API"), err)
-		os.Exit(1)
+		return nil, err
 	}
-	lambda.Start(f.Handle)
-}
-
-// reportInitError tells the Lambda Runtime API that initialisation failed
-// (POST /2018-06-01/runtime/init/error), so that the failure shows up as an
-// init error with its message instead of a bare "Runtime exited". It is best
-// effort: the process exits anyway.
-func reportInitError(api string, cause error) {
-	if api == "" {
-		return
-	}
-	body, err := json.Marshal(map[string]any{
-		"errorMessage": cause.Error(),
-		"errorType":    "Runtime.InvalidConfiguration",
-		"stackTrace":   []string{},
-	})
-	if err != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+api+"/2018-06-01/runtime/init/error", bytes.NewReader(body))
-	if err != nil {
-		return
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Lambda-Runtime-Function-Error-Type", "Runtime.InvalidConfiguration")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bikes: reporting the init error: %v\n", err)
-		return
-	}
-	_ = resp.Body.Close()
+	client := &http.Client{Transport: transport}
+	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		station := partner.JoinPath("stations", req.PathParameters["stationId"], "bikes").String()
+		hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, station, nil)
+		if err != nil {
+			return events.APIGatewayV2HTTPResponse{}, err
+		}
+		resp, err := client.Do(hreq)
+		if err != nil {
+			return events.APIGatewayV2HTTPResponse{}, err // a refusal: herdlambda answers 503 with Retry-After
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil || resp.StatusCode >= 500 {
+			f.Logger.WarnContext(ctx, "partner call failed", "status", resp.StatusCode, "error", err)
+			return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusBadGateway}, nil
+		}
+		return events.APIGatewayV2HTTPResponse{StatusCode: resp.StatusCode, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(body)}, nil
+	}, nil
 }

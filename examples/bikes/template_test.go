@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"debug/buildinfo"
 	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -19,6 +24,9 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/emf"
+	herdlambda "github.com/herdguard/herdguard/lambda"
+	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
 
@@ -120,8 +128,8 @@ func (tpl *samTemplate) functionEnv(t *testing.T) (raw map[string]any, env map[s
 	for k, v := range raw {
 		env[k] = tpl.resolve(t, v, map[string]string{"PartnerUrl": "https://partner.example.com"})
 	}
-	env[envFunctionName] = "stack-BikesFunction-XYZ" // set by Lambda
-	env[envRegion] = "eu-central-1"                  // set by Lambda
+	env["AWS_LAMBDA_FUNCTION_NAME"] = "stack-BikesFunction-XYZ" // set by Lambda
+	env["AWS_REGION"] = "eu-central-1"                          // set by Lambda
 	return raw, env
 }
 
@@ -285,8 +293,8 @@ func TestTemplateRouteMatchesHandler(t *testing.T) {
 			continue
 		}
 		props, _ := ev["Properties"].(map[string]any)
-		if props["Path"] != "/stations/{"+pathParam+"}/bikes" || !strings.EqualFold(fmt.Sprint(props["Method"]), "GET") {
-			t.Errorf("event %s routes %v %v, want GET /stations/{%s}/bikes", name, props["Method"], props["Path"], pathParam)
+		if props["Path"] != "/stations/{stationId}/bikes" || !strings.EqualFold(fmt.Sprint(props["Method"]), "GET") {
+			t.Errorf("event %s routes %v %v, want GET /stations/{stationId}/bikes", name, props["Method"], props["Path"])
 		}
 		found++
 	}
@@ -295,44 +303,137 @@ func TestTemplateRouteMatchesHandler(t *testing.T) {
 	}
 }
 
+// Names of the function's configuration in template.yaml.
+const (
+	envTableName = "HERDGUARD_TABLE"
+	envName      = "HERDGUARD_NAME"
+	envPartner   = "PARTNER_URL"
+)
+
+// setEnv sets the function's environment env for the test, and unsets
+// every other HERDGUARD_* variable.
+func setEnv(t *testing.T, env map[string]string) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "HERDGUARD_") {
+			t.Setenv(k, "")
+		}
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+}
+
+// initialise runs what the function runs at init in the environment the
+// test set, over in-memory stores instead of the table, with metrics to
+// metrics: herdlambda.New, then setup.
+func initialise(metrics io.Writer) (*herdlambda.Fleet, error) {
+	f, err := herdlambda.New(context.Background(), herdlambda.Config{
+		Budgets: local.NewBudgetStore(), Breakers: local.NewBreakerStore(),
+		Metrics: metrics, Log: slog.NewJSONHandler(io.Discard, nil),
+	})
+	if err != nil {
+		return nil, err
+	}
+	_, err = setup(context.Background(), f)
+	return f, err
+}
+
 func TestTemplateEnvironmentIsValidConfig(t *testing.T) {
 	tpl := loadTemplate(t)
 	raw, env := tpl.functionEnv(t)
 	if !equal(raw[envTableName], map[string]any{"Ref": tpl.tableID}) {
 		t.Errorf("%s is %v, want !Ref %s", envTableName, raw[envTableName], tpl.tableID)
 	}
-	asked := map[string]bool{}
-	cfg, err := loadConfig(func(k string) (string, bool) {
-		asked[k] = true
-		v, ok := env[k]
-		return v, ok
-	})
-	if err != nil {
+	setEnv(t, env)
+	if _, err := initialise(io.Discard); err != nil {
 		t.Fatalf("the template's environment is not a valid configuration: %v", err)
 	}
+	// Every variable is read: a bad value fails the initialisation,
+	// naming it (the table's name is checked by DynamoDB, not here).
 	for k := range raw {
-		if !asked[k] {
-			t.Errorf("environment variable %s is not read by the function (typo?)", k)
+		if k == envTableName {
+			continue
+		}
+		bad := maps.Clone(env)
+		bad[k] = "#bad"
+		setEnv(t, bad)
+		if _, err := initialise(io.Discard); err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("with %s=%q the function initialises (%v): is the variable read? (typo?)", k, bad[k], err)
 		}
 	}
 	timeout, ok := tpl.props(tpl.functionID)["Timeout"].(int)
 	if !ok {
 		t.Fatalf("Timeout is %v, want a number of seconds", tpl.props(tpl.functionID)["Timeout"])
 	}
-	// The handler ends the partner call before the deadline by itself;
-	// the timeout must leave room for the worst case so that it does.
-	if wc := cfg.WorstCase(); time.Duration(timeout)*time.Second <= wc+responseReserve {
-		t.Errorf("function Timeout %d s does not cover the worst case %v (+%v to answer)", timeout, wc, responseReserve)
+	// herdlambda ends the partner call before the deadline by itself; the
+	// timeout must leave room for the worst case so that it does: every
+	// attempt running out of its timeout, the longest waits in between, a
+	// breaker read and a budget write before each retry, the flush and
+	// the reserve.
+	num := func(k string) time.Duration {
+		v, ok := env["HERDGUARD_"+k]
+		if !ok {
+			t.Fatalf("template.yaml does not set HERDGUARD_%s, which the worst case needs", k)
+		}
+		if n, err := strconv.Atoi(v); err == nil {
+			return time.Duration(n)
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("HERDGUARD_%s=%q: %v", k, v, err)
+		}
+		return d
+	}
+	n := num("MAX_ATTEMPTS")
+	wc := n*num("ATTEMPT_TIMEOUT") + (n-1)*num("MAX_DELAY") + n*2*num("STORE_TIMEOUT") + num("FLUSH_TIMEOUT") + num("RESERVE")
+	if time.Duration(timeout)*time.Second <= wc {
+		t.Errorf("function Timeout %d s does not cover the worst case %v", timeout, wc)
 	}
 }
 
-// emittedMetrics returns the namespace, the dimension names and the metric
-// names of what the function's recorder writes, every kind of event
-// included, read back from its EMF line.
-func emittedMetrics(t *testing.T, cfg Config) (namespace string, dims []string, metrics map[string]bool) {
+// emittedMetrics returns the namespace and the dimension names of the
+// function's metrics, read from the EMF line of a refused invocation, and
+// the names of the metrics package emf writes, every kind of event
+// included.
+func emittedMetrics(t *testing.T) (namespace string, dims []string, metrics map[string]bool) {
 	t.Helper()
+	type directive struct {
+		AWS struct {
+			CloudWatchMetrics []struct {
+				Namespace  string
+				Dimensions [][]string
+				Metrics    []struct{ Name string }
+			}
+		} `json:"_aws"`
+	}
+	read := func(b []byte) (namespace string, dims []string, metrics []struct{ Name string }) {
+		var doc directive
+		if err := json.Unmarshal(b, &doc); err != nil || len(doc.AWS.CloudWatchMetrics) != 1 || len(doc.AWS.CloudWatchMetrics[0].Dimensions) != 1 {
+			t.Fatalf("the recorder wrote %q (%v); want one EMF object with one directive and one dimension set", b, err)
+		}
+		d := doc.AWS.CloudWatchMetrics[0]
+		return d.Namespace, d.Dimensions[0], d.Metrics
+	}
+
+	var fn bytes.Buffer
+	f, err := initialise(&fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := herdlambda.Wrap(f, func(ctx context.Context, _ struct{}) (struct{}, error) {
+		_, err := retry.DoIdempotent(ctx, f.Executor, true, func(context.Context, int) (struct{}, error) {
+			return struct{}{}, &retry.StatusError{StatusCode: http.StatusServiceUnavailable}
+		})
+		return struct{}{}, err
+	})
+	if _, err := h(context.Background(), struct{}{}); err == nil {
+		t.Fatal("a partner answering 503 was not refused")
+	}
+	namespace, dims, _ = read(bytes.TrimSpace(fn.Bytes()))
+
 	var buf bytes.Buffer
-	rec, err := newRecorder(&buf, cfg, time.Now)
+	rec, err := emf.New(&buf, emf.Options{Namespace: namespace, Dimensions: map[string]string{"d": "v"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,38 +452,20 @@ func emittedMetrics(t *testing.T, cfg Config) (namespace string, dims []string, 
 	if err := rec.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		AWS struct {
-			CloudWatchMetrics []struct {
-				Namespace  string
-				Dimensions [][]string
-				Metrics    []struct{ Name string }
-			}
-		} `json:"_aws"`
-	}
-	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil || len(doc.AWS.CloudWatchMetrics) != 1 || len(doc.AWS.CloudWatchMetrics[0].Dimensions) != 1 {
-		t.Fatalf("the recorder wrote %q (%v); want one EMF object with one directive and one dimension set", buf.String(), err)
-	}
-	d := doc.AWS.CloudWatchMetrics[0]
+	_, _, ms := read(buf.Bytes())
 	metrics = map[string]bool{}
-	for _, m := range d.Metrics {
+	for _, m := range ms {
 		metrics[m.Name] = true
 	}
-	return d.Namespace, d.Dimensions[0], metrics
+	return namespace, dims, metrics
 }
 
 func TestTemplateAlarmsWatchEmittedMetrics(t *testing.T) {
 	tpl := loadTemplate(t)
 	raw, env := tpl.functionEnv(t)
-	cfg, err := loadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if err != nil {
-		t.Fatal(err)
-	}
-	namespace, dims, emitted := emittedMetrics(t, cfg)
+	setEnv(t, env)
+	namespace, dims, emitted := emittedMetrics(t)
 	partnerValue := raw[envName]
-	if partnerValue == nil {
-		partnerValue = defaultName
-	}
 	alarmed := map[string]bool{}
 	for id, r := range tpl.resources {
 		if r["Type"] != "AWS::CloudWatch::Alarm" {
@@ -407,11 +490,11 @@ func TestTemplateAlarmsWatchEmittedMetrics(t *testing.T) {
 			name, _ := dm["Name"].(string)
 			names = append(names, name)
 			switch name {
-			case dimFunction:
+			case "FunctionName":
 				if !equal(dm["Value"], map[string]any{"Ref": tpl.functionID}) {
 					t.Errorf("alarm %s: %s is %v, want !Ref %s", id, name, dm["Value"], tpl.functionID)
 				}
-			case dimPartner:
+			case "Partner":
 				if !equal(dm["Value"], partnerValue) {
 					t.Errorf("alarm %s: %s is %v, want the function's %s %v", id, name, dm["Value"], envName, partnerValue)
 				}
@@ -440,7 +523,7 @@ func TestTemplateFunctionCannotWriteItsOverride(t *testing.T) {
 	raw, env := tpl.functionEnv(t)
 	name := env[envName]
 	if raw[envName] == nil {
-		name = defaultName
+		t.Fatalf("the function has no %s", envName)
 	}
 
 	var patterns []string
