@@ -1,6 +1,7 @@
 package herdlambda
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/emf"
 	"github.com/herdguard/herdguard/fleet"
 )
 
@@ -48,7 +50,8 @@ type Config struct {
 	Reserve time.Duration
 
 	// Namespace is the CloudWatch namespace of the metrics.
-	// HERDGUARD_METRICS_NAMESPACE; default "Herdguard".
+	// HERDGUARD_METRICS_NAMESPACE, else POWERTOOLS_METRICS_NAMESPACE (as
+	// Powertools reads it); default "Herdguard".
 	Namespace string
 	// Metrics receives the Embedded Metric Format lines; nil means stdout.
 	Metrics io.Writer
@@ -141,7 +144,8 @@ func fromEnvironment(cfg Config, lookup func(string) (string, bool)) (*settings,
 		s.Reserve = DefaultReserve
 	}
 	if s.Namespace == "" {
-		s.Namespace = DefaultNamespace
+		ns, _ := lookup(emf.EnvNamespace)
+		s.Namespace = cmp.Or(ns, DefaultNamespace)
 	}
 	return s, errors.Join(r.errs...)
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/emf"
 	"github.com/herdguard/herdguard/fleet"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
@@ -497,4 +498,27 @@ func TestReportInitError(t *testing.T) {
 	}
 	// Outside Lambda there is nobody to tell; it must not block or panic.
 	reportInitError("", errors.New("x"))
+}
+
+func TestNamespacePrecedence(t *testing.T) {
+	env := map[string]string{}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	for _, c := range []struct{ code, herdguard, powertools, want string }{
+		{"", "", "", DefaultNamespace},
+		{"", "", "Shop", "Shop"},
+		{"", "Bikes", "Shop", "Bikes"},
+		{"Code", "Bikes", "Shop", "Code"},
+	} {
+		clear(env)
+		if c.herdguard != "" {
+			env["HERDGUARD_METRICS_NAMESPACE"] = c.herdguard
+		}
+		if c.powertools != "" {
+			env[emf.EnvNamespace] = c.powertools
+		}
+		s, _ := fromEnvironment(Config{Namespace: c.code}, lookup)
+		if s.Namespace != c.want {
+			t.Errorf("code %q, HERDGUARD_METRICS_NAMESPACE %q, %s %q: namespace %q, want %q", c.code, c.herdguard, emf.EnvNamespace, c.powertools, s.Namespace, c.want)
+		}
+	}
 }
