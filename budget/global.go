@@ -83,8 +83,9 @@ type GlobalConfig struct {
 	// however few requests it made (the role of Envoy's
 	// min_retry_concurrency). It is added to what requests earn, where
 	// local.Ratio's MinRetries is a minimum. Zero means 3; a negative value
-	// means no floor; at most 1,000,000. The floor is split evenly between
-	// the shards: choose Floor >= Shards if it must be reachable in full.
+	// means no floor; at most 1,000,000. With Shards set, the floor is
+	// split evenly between the shards: choose Floor >= Shards if it must be
+	// reachable in full; with Shards zero, shard 0 holds all of it.
 	Floor int
 
 	// Shards fixes the number of store items one window of the budget is
