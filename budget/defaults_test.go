@@ -8,7 +8,7 @@ const (
 	defaultGlobalRatio      = 0.1
 	defaultGlobalWindow     = 10 * time.Second
 	defaultGlobalFloor      = 3
-	defaultGlobalShards     = 1
+	defaultGlobalShards     = 0 // the spread sizes itself
 	defaultLeaseSize        = 1
 	defaultDepositIntervals = 4 // DepositInterval = Window / 4
 	defaultStoreTimeout     = 50 * time.Millisecond

@@ -35,7 +35,6 @@ const (
 	// idle-then-failing environments add only three retries per window to
 	// a partner in trouble (it matches the local ratio's MinRetries).
 	defaultFloor            = 3
-	defaultShards           = 1
 	defaultLeaseSize        = 1
 	defaultDepositIntervals = 4 // DepositInterval = Window / 4
 	defaultStoreTimeout     = 50 * time.Millisecond
@@ -44,12 +43,22 @@ const (
 
 // Limits on GlobalConfig.
 const (
-	minWindow    = 100 * time.Millisecond
-	maxWindow    = 24 * time.Hour
-	minRatio     = 1.0 / float64(AllowancePerRetry)
-	maxFloor     = 1_000_000
-	maxShards    = 1000
-	maxLeaseSize = 1000
+	minWindow = 100 * time.Millisecond
+	maxWindow = 24 * time.Hour
+	minRatio  = 1.0 / float64(AllowancePerRetry)
+	maxFloor  = 1_000_000
+	maxShards = 1000
+	// maxAutoShards caps the spread of a Global that sizes its shards
+	// itself: 256 items take about 200,000 writes a second at 80% of
+	// DynamoDB's per-item limit.
+	maxAutoShards = 256
+	// autoGrowth is the factor a throttled store call multiplies the
+	// spread by.
+	autoGrowth = 8
+	// autoShrinkWindows is how many windows without a throttle halve the
+	// spread.
+	autoShrinkWindows = 6
+	maxLeaseSize      = 1000
 )
 
 // GlobalConfig holds the optional settings of a Global. The zero value of
@@ -74,15 +83,20 @@ type GlobalConfig struct {
 	// however few requests it made (the role of Envoy's
 	// min_retry_concurrency). It is added to what requests earn, where
 	// local.Ratio's MinRetries is a minimum. Zero means 3; a negative value
-	// means no floor; at most 1,000,000. The floor is split evenly between
-	// the shards: choose Floor >= Shards if it must be reachable in full.
+	// means no floor; at most 1,000,000. With Shards set, the floor is
+	// split evenly between the shards: choose Floor >= Shards if it must be
+	// reachable in full; with Shards zero, shard 0 holds all of it.
 	Floor int
 
-	// Shards is the number of store items one window of the budget is
-	// spread over, from 1 to 1000; zero means 1. A DynamoDB item takes at
-	// most about 1,000 writes per second; choose about
-	// ceil(max(environments, engaged environments ÷ DepositInterval +
-	// granted retries/s ÷ mean lease size) ÷ 500). See "Sizing shards"
+	// Shards fixes the number of store items one window of the budget is
+	// spread over, from 1 to 1000, and splits Floor evenly between them.
+	// Zero (the default) lets every environment size the spread itself:
+	// it writes to one item (shard 0) until a store call is throttled;
+	// each throttle spreads its writes over eight times as many other
+	// items (shards 1 to 8, then 1 to 64, up to 256), and six windows
+	// without a throttle halve the spread. The whole Floor is held by
+	// shard 0, so that environments that disagree on the spread never add
+	// up more than one Floor. See "Sizing shards"
 	// under "Fleet-wide retry ratio (budget.Global)" in
 	// docs/ARCHITECTURE.md.
 	Shards int
@@ -247,7 +261,9 @@ type Global struct {
 	windowMilli  int64
 	depositMilli int64   // DepositInterval in whole milliseconds, at least 1
 	perRequest   int64   // allowance earned by one request
-	floorShares  []int64 // allowance each shard item starts with
+	floorShares  []int64 // allowance each shard item starts with (Shards fixed)
+	floor        int64   // the whole Floor in allowance units
+	auto         bool    // Shards is zero: the spread sizes itself
 	expiryMargin time.Duration
 
 	// slots count the requests of the two most recent windows seen, at
@@ -297,7 +313,12 @@ type Global struct {
 	quietUntil time.Time
 	// faultUntil ends the cooldown after a store fault.
 	faultUntil time.Time
-	stats      GlobalStats
+	// spread is the number of shards a write picks from when the spread
+	// sizes itself; spreadSince is when it last changed or a throttle
+	// confirmed it.
+	spread      int
+	spreadSince time.Time
+	stats       GlobalStats
 }
 
 // heldCount is a count that belongs to one window.
@@ -355,6 +376,9 @@ func NewGlobal(store Store, name string, cfg GlobalConfig) (*Global, error) {
 		depositMilli: max(cfg.DepositInterval.Milliseconds(), 1),
 		perRequest:   max(int64(math.Floor(cfg.Ratio*float64(AllowancePerRetry)+1e-6)), 1),
 		floorShares:  make([]int64, cfg.Shards),
+		floor:        int64(cfg.Floor) * AllowancePerRetry,
+		auto:         cfg.Shards == 0,
+		spread:       1,
 		expiryMargin: max(cfg.Window, time.Minute),
 		lease:        heldCount{window: noWindow},
 		leased:       heldCount{window: noWindow},
@@ -362,10 +386,9 @@ func NewGlobal(store Store, name string, cfg GlobalConfig) (*Global, error) {
 		view:         shardView{window: noWindow},
 	}
 	g.held[0].window, g.held[1].window = noWindow, noWindow
-	floor := int64(cfg.Floor) * AllowancePerRetry
 	for i := range g.floorShares {
-		g.floorShares[i] = floor / int64(cfg.Shards)
-		if int64(i) < floor%int64(cfg.Shards) {
+		g.floorShares[i] = g.floor / int64(cfg.Shards)
+		if int64(i) < g.floor%int64(cfg.Shards) {
 			g.floorShares[i]++
 		}
 	}
@@ -401,11 +424,8 @@ func (c GlobalConfig) withDefaults() (GlobalConfig, error) {
 	case c.Floor > maxFloor:
 		return bad("Floor", "is %d; want at most %d (0 for the default %d, negative for none)", c.Floor, maxFloor, defaultFloor)
 	}
-	switch {
-	case c.Shards == 0:
-		c.Shards = defaultShards
-	case c.Shards < 0 || c.Shards > maxShards:
-		return bad("Shards", "is %d; want 1 to %d (0 for the default %d)", c.Shards, maxShards, defaultShards)
+	if c.Shards < 0 || c.Shards > maxShards {
+		return bad("Shards", "is %d; want 1 to %d (0 to let the spread size itself)", c.Shards, maxShards)
 	}
 	switch {
 	case c.LeaseSize == 0:
@@ -564,7 +584,7 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 			take = min(take, max((est+deposit)/AllowancePerRetry, 1))
 		}
 	}
-	shard := g.pickShardLocked()
+	shard := g.pickShardLocked(now)
 	g.sendLocked(p)
 	g.mu.Unlock()
 
@@ -587,6 +607,7 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 		// The item is hot: the fleet is asking too often. Refuse rather
 		// than abstain, which would let every local layer retry.
 		g.unappliedLocked(w, p, allowance, err)
+		g.throttledLocked(now)
 		g.stats.Refused++
 		g.stats.RefusalWrites++
 		return nil, g.refusal(g.nextContact.Sub(now), &unavailableError{budget: g.label, err: err})
@@ -650,7 +671,7 @@ func (g *Global) Flush(ctx context.Context, now time.Time) error {
 		return &unavailableError{budget: g.label, err: errCoolingDown}
 	}
 	g.sendLocked(p)
-	shard := g.pickShardLocked()
+	shard := g.pickShardLocked(now)
 	g.mu.Unlock()
 
 	allowance, err := g.apply(ctx, w, shard, p.n()*g.perRequest, 0)
@@ -668,6 +689,9 @@ func (g *Global) Flush(ctx context.Context, now time.Time) error {
 		// (A refusal cannot happen for an update that takes nothing; the
 		// store says nothing was applied, so the requests are kept.)
 		g.unappliedLocked(w, p, allowance, err)
+		if errors.Is(err, ErrThrottled) {
+			g.throttledLocked(now)
+		}
 	default:
 		g.faultLocked(ctx, now, p)
 		if cerr := ctx.Err(); cerr != nil {
@@ -683,7 +707,7 @@ func (g *Global) apply(ctx context.Context, w int64, shard int, deposit, take in
 	g.storeCalls.Add(1)
 	k := Key{Name: g.name, Shard: shard, Window: g.windowStart(w)}
 	u := Update{
-		Floor:   g.floorShares[shard],
+		Floor:   g.floorOf(shard),
 		Deposit: deposit,
 		Take:    take,
 		Expires: g.windowStart(w + 1).Add(g.expiryMargin),
@@ -916,14 +940,52 @@ func (g *Global) leaseSizeLocked(w int64) int64 {
 	return min(int64(1)<<min(n, 30), int64(g.cfg.LeaseSize))
 }
 
+// floorOf is the allowance shard's item starts with: its share of Floor
+// when Shards is fixed, the whole Floor in shard 0 when the spread sizes
+// itself (whatever spread each environment uses, the shards of a window
+// start with Floor in all).
+func (g *Global) floorOf(shard int) int64 {
+	switch {
+	case !g.auto:
+		return g.floorShares[shard]
+	case shard == 0:
+		return g.floor
+	}
+	return 0
+}
+
 // pickShardLocked picks a shard with the configured Rand, whatever it
-// returns.
-func (g *Global) pickShardLocked() int {
+// returns: among the fixed Shards, or shard 0 while the spread is one and
+// one of shards 1 to spread after that.
+func (g *Global) pickShardLocked(now time.Time) int {
 	s := len(g.floorShares)
+	if g.auto {
+		if g.spread > 1 && !now.Before(g.spreadSince.Add(autoShrinkWindows*g.cfg.Window)) {
+			g.spread /= 2 // quiet for long enough: fewer shards fragment less
+			g.spreadSince = now
+		}
+		if g.spread > 1 {
+			// Shards 1 to spread: shard 0 is left to the environments
+			// that were never throttled, so that it cools down as soon as
+			// they alone write to it.
+			return 1 + min(int(g.randLocked()*float64(g.spread)), g.spread-1)
+		}
+		return 0
+	}
 	if s == 1 {
 		return 0
 	}
 	return min(int(g.randLocked()*float64(s)), s-1)
+}
+
+// throttledLocked widens the spread after a throttled store call at now,
+// when it sizes itself: the item was hot, so the fleet writes too often
+// for the shards this environment spreads over.
+func (g *Global) throttledLocked(now time.Time) {
+	if g.auto {
+		g.spread = min(g.spread*autoGrowth, maxAutoShards)
+		g.spreadSince = now
+	}
 }
 
 // randLocked returns the configured Rand's number, forced into [0, 1).

@@ -85,6 +85,7 @@ const (
 	pass           faultMode = iota
 	failBefore               // fail without reaching the store
 	failAfterApply           // apply, then report a failure (a lost answer)
+	throttle                 // refuse for lack of capacity, applying nothing
 )
 
 // recStore wraps a Store: it records every call, can inject faults, and
@@ -123,9 +124,12 @@ func (s *recStore) Apply(ctx context.Context, k budget.Key, u budget.Update) (in
 		err     error
 		applied bool
 	)
-	if mode == failBefore {
+	switch mode {
+	case failBefore:
 		err = errInjected
-	} else {
+	case throttle:
+		err = fmt.Errorf("budget %v: ProvisionedThroughputExceededException: %w", k, budget.ErrThrottled)
+	default:
 		res, err = s.inner.Apply(ctx, k, u)
 		applied = err == nil
 		if mode == failAfterApply {

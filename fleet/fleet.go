@@ -74,9 +74,9 @@ type Config struct {
 	// small: Lambda adds environments, each with a full floor, exactly when
 	// the partner is slow.
 	LocalFloor int
-	// Shards is the number of table items one budget window is spread over
-	// (0 means 1): about one per 500 busy environments; see
-	// budget.GlobalConfig.Shards.
+	// Shards fixes the number of table items one budget window is spread
+	// over; 0 (the default) lets the spread size itself to the fleet's
+	// writes. See budget.GlobalConfig.Shards.
 	Shards int
 	// StoreTimeout bounds every table call of the budget and the breaker
 	// (0 means 50 ms).

@@ -330,7 +330,7 @@ func newRelGlobalModel(t *rapid.T, ctx context.Context, store budget.Store, name
 		Ratio:         ratio,
 		Window:        time.Second,
 		Floor:         floorCfg,
-		Shards:        rapid.IntRange(1, 3).Draw(t, "shards"),
+		Shards:        rapid.IntRange(0, 3).Draw(t, "shards"), // 0: the spread sizes itself
 		LeaseSize:     rapid.IntRange(1, 4).Draw(t, "leaseSize"),
 		FaultCooldown: rapid.SampledFrom([]time.Duration{-1, 200 * time.Millisecond}).Draw(t, "cooldown"),
 		FailOpen:      rapid.Bool().Draw(t, "failOpen"),
@@ -669,7 +669,7 @@ func TestReliabilityGlobalBoundConcurrent(t *testing.T) {
 			return relFault(faults.Add(104729) % 7 % 3) // mostly none, some before, some after
 		}, nil)
 		envs := rapid.IntRange(2, 8).Draw(rt, "envs")
-		cfg := budget.GlobalConfig{Ratio: ratio, Window: window, Floor: int(floor), Shards: rapid.IntRange(1, 2).Draw(rt, "shards"),
+		cfg := budget.GlobalConfig{Ratio: ratio, Window: window, Floor: int(floor), Shards: rapid.IntRange(0, 2).Draw(rt, "shards"),
 			LeaseSize: rapid.IntRange(1, 4).Draw(rt, "lease"), FaultCooldown: -1, StoreTimeout: time.Second}
 		type op struct {
 			kind int // 0 request, 1 acquire, 2 flush
