@@ -15,7 +15,10 @@
 //     partner's Executor.
 //
 // This package holds the one error type every constructor of the library
-// returns for bad input, ConfigError.
+// returns for bad input, ConfigError (see ExampleConfigError). The
+// packages' Examples (retry's ExampleNewTransport, fleet's
+// ExampleNewWithStores, ...) are the runnable starting points, and
+// docs/ARCHITECTURE.md is the design.
 package herdguard
 
 // ConfigError is a setting or argument a herdguard constructor rejected.

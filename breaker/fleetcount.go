@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The fleet's counting protocol (see "Fleet counts" in the package
+// The fleet's counting protocol (see "Shared mode" in the package
 // documentation and docs/ARCHITECTURE.md). These are fixed by the design,
 // not settings: each is derived from the limits of one DynamoDB item.
 const (
@@ -260,8 +260,8 @@ func (b *Breaker) countsEveryCallLocked(now time.Time, k int64) bool {
 // later in a fleet of such environments (docs/ARCHITECTURE.md). For the
 // same reason a sparse environment that learns of the watch at a read in
 // the watch's first bucket (after the alarm, so in the failing end of that
-// second) samples from the next bucket too (docs/ARCHITECTURE.md, "Quiet
-// reads in lockstep"). Adaptive throttling always takes the delay and the
+// second) samples from the next bucket too
+// (docs/decisions/0004-when-sampling-starts.md). Adaptive throttling always takes the delay and the
 // first window: it starts on the fleet's first seconds of counts and must
 // tell a major outage from a partial one there; and an adaptive
 // environment that is back from a retry's wait before it asked anything
@@ -313,8 +313,8 @@ func (b *Breaker) countedBeforeLocked(now time.Time) bool {
 // one drawn when it learnt of the watch (independent of everything since,
 // it is as random from now as it was then). Once the fleet throttles,
 // retries are rejected and the start test is behind it; there the draw
-// stands. docs/ARCHITECTURE.md ("Counting for the law", fault 4) has the
-// trace.
+// stands. docs/decisions/0004-when-sampling-starts.md has the
+// measurements.
 func (b *Breaker) restartSampleDelayLocked(now time.Time) {
 	if b.sampleFrom.IsZero() || b.firstDone || b.firstAsked {
 		return

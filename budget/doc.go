@@ -19,6 +19,8 @@
 // ratio algorithm, which runs over a Store. Package local provides in-memory
 // budgets and an in-memory Store; package dynamo provides a DynamoDB Store.
 // Package budgettest is the conformance suite every Store must pass.
-// docs/ARCHITECTURE.md ("Fleet-wide retry ratio (budget.Global)") describes
-// Global's algorithm and proves its bound.
+// ExampleGlobal runs a fleet-wide budget over an in-memory Store, and
+// ExampleGlobal_layered puts it behind a local one. docs/ARCHITECTURE.md
+// ("Fleet-wide retry ratio (budget.Global)") describes Global's algorithm
+// and proves its bound.
 package budget

@@ -28,17 +28,16 @@
 // throttled, unreachable or holds a malformed item, the caller falls back to
 // its local layers.
 //
-// # Item layout and writes
+// # Item layout
 //
-// One table, partition key pk (string), no sort key, time to live on expires
-// (seconds since the Unix epoch), on-demand billing. Budgets live in items
-// "b#<name>#<shard>#<windowStartUnixMilli>", a breaker in "c#<name>" (state
-// and fleet counts), "c#<name>#override" and "c#<name>#p#<slot>" (probe
-// leases). Every change is one conditional UpdateItem; a refusal brings the
-// item as it stands (ALL_OLD) at no extra cost. The state and override items
-// never expire (an override with an end expires a day after it); a missing
-// state item is a closed breaker at epoch 0. See "DynamoDB item layout" in
-// docs/ARCHITECTURE.md for every attribute and every condition expression.
+// One table, partition key pk (string), time to live on expires, on-demand
+// billing. Budgets live in items "b#<name>#<shard>#<windowStartUnixMilli>",
+// a breaker in "c#<name>" (state and fleet counts), "c#<name>#override" and
+// "c#<name>#p#<slot>" (probe leases). Every change is one conditional
+// UpdateItem, and a refusal brings the item as it stands at no extra cost.
+// See "DynamoDB item layout" in docs/ARCHITECTURE.md for every attribute
+// and condition expression, and ExampleSpec and ExampleActions for the
+// table and the IAM actions.
 //
 // # Cost
 //
@@ -58,13 +57,9 @@
 //
 // # Retries and duplicates
 //
-// The client from NewClient retries a request at most once, and a retry
-// after a lost answer may find the write already applied: a BudgetStore.Apply
-// may apply its update twice (at most one update's Deposit of slack per
-// retried call) and a BreakerStore.Report may add its counts twice (at most
-// one report's counts per retried call). A retried Transition reports its
-// success; a retried AcquireProbe may leave its first slot held until the
-// lease lapses. SetOverride and the reads are idempotent.
+// The client from NewClient retries a request at most once, so a write
+// whose answer was lost may be applied twice: at most one Deposit of slack
+// per retried Apply, one report's counts per retried Report.
 //
 // # Operator override
 //

@@ -33,8 +33,10 @@
 //
 // Build the Executor once per execution environment, at package level or in
 // the function's init, and keep it: every layer keeps state between
-// invocations. See "Fleet-wide retry ratio" and "Circuit breaker" in
-// docs/ARCHITECTURE.md for how the layers work.
+// invocations. ExampleNewWithStores runs the same stack over in-memory
+// stores, as a test of code that uses New would. See "Fleet-wide retry
+// ratio" and "Circuit breaker" in docs/ARCHITECTURE.md for how the layers
+// work.
 package fleet
 
 import (

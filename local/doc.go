@@ -37,6 +37,7 @@
 // reject the names budget.NewGlobal and breaker.New reject, honour ctx, and
 // count their calls (Stats).
 //
-// See "Local layers (package local)" in docs/ARCHITECTURE.md for the
-// budgets' and the stores' design.
+// ExampleTokenBucket, ExampleRatio, ExampleBudgetStore and
+// ExampleBreakerStore are runnable. See "Local layers (package local)" in
+// docs/ARCHITECTURE.md for the budgets' and the stores' design.
 package local

@@ -2,7 +2,8 @@
 // runs a call to a partner behind a circuit breaker and retry budgets, with
 // full-jitter backoff, Retry-After as a lower bound, the context deadline
 // respected, errors classified by a chain of small predicates, and
-// idempotency taken into account.
+// idempotency taken into account. ExampleExecutor_Do, ExampleDo,
+// ExampleNewTransport and ExampleRetryAfter are runnable.
 //
 // # The loop
 //

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// The fleet-shape grid (issue 9): environments × calls per environment per
+// The fleet-shape grid: environments × calls per environment per
 // window × the partner's failure ratio × seeds.
 var (
 	GridEnvs          = []int{20, 50, 200, 1000}
