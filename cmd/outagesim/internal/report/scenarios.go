@@ -32,9 +32,9 @@ type Scenario struct {
 // Scenarios are the reference scenarios, in the order the tables show them.
 var Scenarios = []Scenario{
 	{Name: "busy-major", Table: TableFleet, Args: "-fleet busy -outage major", Plot: "outage.png", Quick: true},
-	{Name: "busy-partial", Table: TableFleet, Args: "-fleet busy -outage partial"},
+	{Name: "busy-partial", Table: TableFleet, Args: "-fleet busy -outage partial", Plot: "outage-partial.png"},
 	{Name: "lambda-major", Table: TableFleet, Args: "-fleet lambda -outage major", Plot: "outage-lambda.png", Quick: true},
-	{Name: "lambda-partial", Table: TableFleet, Args: "-fleet lambda -outage partial"},
+	{Name: "lambda-partial", Table: TableFleet, Args: "-fleet lambda -outage partial", Plot: "outage-lambda-partial.png"},
 	{Name: "lambda-scale-out-major", Table: TableFleet, Args: "-fleet lambda -scale-out -outage major"},
 	{Name: "lambda-scale-out-partial", Table: TableFleet, Args: "-fleet lambda -scale-out -outage partial"},
 }
