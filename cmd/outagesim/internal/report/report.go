@@ -438,7 +438,8 @@ var fileIntros = map[string]string{
 		"a cell is the range (min–max) over the seeds, with (k/n) when only k of n seeds had a value. Columns as in cmd/outagesim/README.md: " +
 		"load in outage = attempts reaching the partner during the outage ÷ new calls started during it; retries ÷ bound = what the global budget granted over its bound Ratio × requests + Floor; " +
 		"store reads and writes per new call over the whole run; hottest item = the most units one store item took in one second (DynamoDB allows 1,000 WCU/s and 3,000 RCU/s).",
-	TableScale: "As scenarios.md, for fleets of 10,000 environments and more.",
+	TableScale: "As scenarios.md, for fleets of 10,000 environments and more, with the strategies that share state across the fleet: " +
+		"there DynamoDB's per-item limits (1,000 WCU/s, 3,000 RCU/s) decide what the shared layers can do, so watch the hottest item and the throttled store requests.",
 	"cost.md": "Request units per million calls, as DynamoDB's on-demand pricing bills the requests the stores make (the capacity model of internal/capacity), " +
 		"before the outage (healthy), during it and over the whole run, and their price at the default us-east-1 on-demand prices (outagesim's -price-read, -price-write). Ranges over the seeds.",
 	"grid.md": "The fleet-shape grid of internal/fleetsim (what `HERDGUARD_GRID=full go test -run Grid ./breaker/ ./budget/` runs), in virtual time with the library's defaults, " +

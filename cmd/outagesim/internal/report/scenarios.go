@@ -37,6 +37,8 @@ var Scenarios = []Scenario{
 	{Name: "lambda-partial", Table: TableFleet, Args: "-fleet lambda -outage partial", Plot: "outage-lambda-partial.png"},
 	{Name: "lambda-scale-out-major", Table: TableFleet, Args: "-fleet lambda -scale-out -outage major"},
 	{Name: "lambda-scale-out-partial", Table: TableFleet, Args: "-fleet lambda -scale-out -outage partial"},
+	{Name: "lambda-10k-major", Table: TableScale, Args: "-fleet lambda -envs 10000 -rate 10000 -capacity 15000 -outage major -strategies global,global-breaker,global-adaptive"},
+	{Name: "lambda-10k-partial", Table: TableScale, Args: "-fleet lambda -envs 10000 -rate 10000 -capacity 15000 -outage partial -strategies global,global-breaker,global-adaptive"},
 }
 
 // QuickArgs shorten a scenario under -quick: fewer environments and calls,
