@@ -268,3 +268,41 @@ func TestParseBench(t *testing.T) {
 		t.Errorf("ns/op cell %q", s)
 	}
 }
+
+// The committed docs/results is what the report wrote for today's
+// scenarios: the same scenario list, and Markdown tables carrying the
+// numbers of its results.json. (Run `go run ./cmd/outagesim report` after
+// adding a scenario.)
+func TestCommittedResults(t *testing.T) {
+	dir := filepath.Join("..", "..", "..", "..", "docs", "results")
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	if res.Header.Quick || !strings.HasPrefix(res.Header.Command, "go run ./cmd/outagesim report") {
+		t.Errorf("docs/results was written by %q (quick %v), not the full report", res.Header.Command, res.Header.Quick)
+	}
+	if len(res.Scenarios) != len(Scenarios) {
+		t.Fatalf("docs/results has %d scenarios, Scenarios %d: regenerate it", len(res.Scenarios), len(Scenarios))
+	}
+	for i, s := range Scenarios {
+		if e := res.Scenarios[i]; e.Name != s.Name || e.Args != s.Args || e.Table != s.Table || e.Plot != s.Plot {
+			t.Errorf("docs/results scenario %d is %+v, Scenarios has %+v: regenerate it", i, e, s)
+		}
+	}
+	md := map[string]string{}
+	for _, tb := range res.Tables {
+		if _, ok := md[tb.File]; !ok {
+			b, err := os.ReadFile(filepath.Join(dir, tb.File))
+			if err != nil {
+				t.Fatal(err)
+			}
+			md[tb.File] = string(b)
+		}
+		checkTable(t, md[tb.File], tb)
+	}
+}
