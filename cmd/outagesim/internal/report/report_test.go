@@ -26,6 +26,18 @@ func quickReport(t *testing.T) (string, Results) {
 	if err := Run(context.Background(), o, &stderr); err != nil {
 		t.Fatal(err)
 	}
+	res := readResults(t, dir)
+	// A line per step (stderr is not a terminal), ending with n/n.
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	n := strconv.Itoa(len(lines))
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "report: "+n+"/"+n+" ") || !strings.Contains(last, "ETA") {
+		t.Errorf("progress: last of %d lines is %q", len(lines), last)
+	}
+	return dir, res
+}
+
+func readResults(t *testing.T, dir string) Results {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -34,13 +46,7 @@ func quickReport(t *testing.T) (string, Results) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	// A line per step (stderr is not a terminal), ending with n/n.
-	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
-	n := strconv.Itoa(len(lines))
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "report: "+n+"/"+n+" ") || !strings.Contains(last, "ETA") {
-		t.Errorf("progress: last of %d lines is %q", len(lines), last)
-	}
-	return dir, res
+	return res
 }
 
 // The quick report writes every file, each Markdown file headed by the
@@ -275,14 +281,7 @@ func TestParseBench(t *testing.T) {
 // adding a scenario.)
 func TestCommittedResults(t *testing.T) {
 	dir := filepath.Join("..", "..", "..", "..", "docs", "results")
-	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res Results
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatalf("results.json: %v", err)
-	}
+	res := readResults(t, dir)
 	if res.Header.Quick || !strings.HasPrefix(res.Header.Command, "go run ./cmd/outagesim report") {
 		t.Errorf("docs/results was written by %q (quick %v), not the full report", res.Header.Command, res.Header.Quick)
 	}
