@@ -19,6 +19,7 @@
 //	go run ./cmd/outagesim -envs 200 -plot outage.png
 //	go run ./cmd/outagesim -json
 //	go run ./cmd/outagesim -dynamodb-endpoint http://localhost:8000
+//	go run ./cmd/outagesim report [-quick] [-out docs/results]
 //
 // By default (-partner http) the partner is a real HTTP server on loopback
 // and simulated time runs -speed times faster than real time (default 10):
@@ -26,5 +27,9 @@
 // keep up with is marked and explained. -partner inproc (the default with
 // -fleet lambda) runs the same code in virtual time on a discrete-event
 // scheduler. Run with -h for every flag.
+// The report subcommand runs the reference scenarios (busy and Lambda
+// fleets, major and partial outages, every strategy, several seeds), the
+// fleet-shape grid and the peer benchmarks, and writes docs/results/:
+// Markdown tables, results.json and charts (see internal/report).
 // Exit status: 0 on success, 1 when a run fails, 2 for bad flags.
 package main

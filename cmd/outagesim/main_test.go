@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -69,5 +70,23 @@ func TestHelpExitsWithStatus0(t *testing.T) {
 	code, _, stderr := runCommand(t, "-h")
 	if code != 0 || !strings.Contains(stderr, "Usage: outagesim") {
 		t.Errorf("-h: status %d, stderr %q", code, stderr)
+	}
+}
+
+// `outagesim report` is the report subcommand: its own flags, its own
+// exit statuses, and -quick writes the report.
+func TestReportSubcommand(t *testing.T) {
+	if code, _, stderr := runCommand(t, "report", "-seeds", "x"); code != 2 || !strings.Contains(stderr, `-seeds: "x" is not a seed`) {
+		t.Errorf("report -seeds x: status %d, stderr %q", code, stderr)
+	}
+	dir := t.TempDir()
+	code, stdout, stderr := runCommand(t, "report", "-quick", "-progress=false", "-out", dir)
+	if code != 0 || stdout != "report written to "+dir+"\n" {
+		t.Fatalf("report -quick: status %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	for _, name := range []string{"scenarios.md", "cost.md", "grid.md", "bench.md", "results.json", "outage.png", "outage-lambda.png"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -63,7 +63,7 @@ func runAll(ctx context.Context, opts Options, stdout, stderr io.Writer) (err er
 	}()
 
 	var bar *ProgressBar
-	if opts.Progress && isTerminal(stderr) {
+	if opts.Progress && IsTerminal(stderr) {
 		bar = NewProgressBar(stderr, len(strategies))
 	}
 	runner := &Runner{Config: cfg, Backend: backend}
@@ -108,8 +108,8 @@ func runAll(ctx context.Context, opts Options, stdout, stderr io.Writer) (err er
 	return nil
 }
 
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
+// IsTerminal reports whether w is a character device (a terminal).
+func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

@@ -48,8 +48,12 @@ func Chart(r Report) chart.Chart {
 	if c.ScaleOut {
 		fleet = fmt.Sprintf("%d-%d environments (scale-out)", c.Envs, c.MaxEnvs)
 	}
+	outage := "an outage"
+	if c.Outage != "" {
+		outage = "a " + c.Outage + " outage"
+	}
 	return chart.Chart{
-		Title:  fmt.Sprintf("Partner arrivals per second during an outage: %s, %d new calls/s", fleet, c.Rate),
+		Title:  fmt.Sprintf("Partner arrivals per second during %s: %s, %d new calls/s", outage, fleet, c.Rate),
 		XLabel: "simulated time (s)",
 		YLabel: "attempts reaching the partner per second",
 		X0:     0.5, // second i is drawn at its middle
