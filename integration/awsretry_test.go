@@ -66,6 +66,7 @@ func (f *awsSDKFixture) useConfig(t *testing.T, cfg retry.Config) {
 		t.Fatal(err)
 	}
 	r, err := awsretry.New(exec, awsretry.Options{Base: sdkretry.NewStandard(func(o *sdkretry.StandardOptions) {
+		o.MaxAttempts = exec.MaxAttempts()
 		o.Backoff = sdkretry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
 	})})
 	if err != nil {
