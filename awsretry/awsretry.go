@@ -58,11 +58,14 @@
 // (OnRetry, OnGiveUp, OnStoreError) and the breaker's
 // OnStateChange see the SDK's calls as they see the Executor's own.
 //
-// Set the backoff through Options.Base (StandardOptions.Backoff or
-// MaxBackoff), not with retry.AddWithMaxBackoffDelay around this retryer:
-// that wrapper replaces RetryDelay, so the SDK then waits the wrapper's
-// backoff raised only to x-amz-retry-after (by at most 5 s, the SDK's rule),
-// and a longer hint, or a Retry-After, is no longer a lower bound.
+// The part of a hint the SDK's loop would not wait whatever RetryDelay
+// says (a Retry-After; an x-amz-retry-after beyond the 5 s the SDK raises
+// its delay by) is waited in GetRetryToken, so that
+// retry.AddWithMaxBackoffDelay around this retryer, which replaces
+// RetryDelay, shortens the backoff but never the hint. Precedence, then:
+// the Executor's MaxAttempts caps the attempts, which the client's
+// RetryMaxAttempts and retry.AddWithMaxAttempts may lower; Options.Base's
+// backoff, or a wrapper's, is raised to the server's hint.
 //
 // One limit comes from the SDK's loop: a retry the budgets granted that the
 // SDK then never sends (the breaker rejected it, or the context ended during
@@ -236,7 +239,23 @@ func (r *retryer) GetRetryToken(ctx context.Context, opErr error) (func(error) e
 		}
 		return nil, err
 	}
-	r.waits.put(opErr, wait)
+	xamz, hasX := sdkHint(opErr)
+	pre, delay := splitWait(wait, hint, xamz, hasX)
+	if pre > 0 {
+		// The part of the hint the SDK's own loop does not honour whatever
+		// RetryDelay returns (a Retry-After; x-amz-retry-after beyond 5 s),
+		// waited here, so that a wrapper replacing RetryDelay
+		// (retry.AddWithMaxBackoffDelay) cannot shorten it.
+		t := time.NewTimer(pre)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			release.Done(budget.RetryNotUsed)
+			return nil, &retry.GiveUpError{Attempts: attempt, Reason: retry.ContextDone, Err: opErr, Cause: ctx.Err(), RetryAfter: hint}
+		}
+	}
+	r.waits.put(opErr, delay)
 	return func(err error) error {
 		if err == nil {
 			release.Done(budget.RetrySucceeded)
@@ -248,8 +267,9 @@ func (r *retryer) GetRetryToken(ctx context.Context, opErr error) (func(error) e
 }
 
 // RetryDelay returns the wait before the retry after attempt failed with
-// err: the one GetRetryToken checked against the deadline when it granted
-// the retry, or else Options.Base's backoff raised to the server's hint.
+// err: what is left of the one GetRetryToken checked against the deadline
+// when it granted the retry (less the part of the hint it waited itself),
+// or else Options.Base's backoff raised to the server's hint.
 func (r *retryer) RetryDelay(attempt int, err error) (time.Duration, error) {
 	if d, ok := r.waits.take(err); ok {
 		return d, nil
@@ -287,6 +307,46 @@ func (r *retryer) verdict(err error) retry.Verdict {
 		return retry.NoRetry // the service answered: the request is at fault
 	}
 	return retry.NoRetryExcluded // no answer and no known cause: most likely not the service's fault
+}
+
+// sdkHintSlack is how far the SDK's Attempt middleware raises RetryDelay's
+// answer towards x-amz-retry-after, at most.
+const sdkHintSlack = 5 * time.Second
+
+// sdkHint returns x-amz-retry-after as the SDK's Attempt middleware reads
+// it (whole milliseconds, not negative), and whether it is set.
+func sdkHint(err error) (time.Duration, bool) {
+	var re *smithyhttp.ResponseError
+	if !errors.As(err, &re) || re.Response == nil || re.Response.Response == nil {
+		return 0, false
+	}
+	ms, perr := strconv.ParseInt(re.Response.Header.Get("X-Amz-Retry-After"), 10, 64)
+	if perr != nil || ms < 0 || ms > int64(time.Duration(1<<63-1)/time.Millisecond) {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+// splitWait divides the wait before a retry, at least hint, into pre, which
+// GetRetryToken sleeps itself, and delay, which RetryDelay returns, such
+// that:
+//   - with RetryDelay answering delay, the SDK (which raises it to
+//     x-amz-retry-after, by at most sdkHintSlack) sleeps wait - pre, so the
+//     whole wait is the one checked against the deadline;
+//   - whatever another RetryDelay answers (a wrapper's), pre plus what the
+//     SDK then sleeps is at least hint.
+func splitWait(wait, hint, xamz time.Duration, hasX bool) (pre, delay time.Duration) {
+	var sure time.Duration // what the SDK sleeps at least, whatever RetryDelay says
+	if hasX {
+		sure = min(xamz, sdkHintSlack)
+	}
+	pre = max(hint-sure, 0)
+	rest := max(wait-pre, 0) // what the SDK must sleep
+	delay = rest
+	if hasX && rest < xamz { // the SDK raises delay to min(xamz, delay+slack)
+		delay = max(rest-sdkHintSlack, 0)
+	}
+	return pre, delay
 }
 
 // serverHint returns the wait the response behind err asked for:

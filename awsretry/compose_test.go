@@ -169,3 +169,27 @@ func TestThrottlingDoesNotOpenBreaker(t *testing.T) {
 		}
 	}
 }
+
+// TestAddWithMaxBackoffDelayKeepsTheHint: retry.AddWithMaxBackoffDelay
+// around the retryer replaces its RetryDelay; the server's Retry-After,
+// which the SDK alone ignores, is still waited for.
+func TestAddWithMaxBackoffDelayKeepsTheHint(t *testing.T) {
+	hinted := answer{status: 503, code: "ServiceUnavailable", header: map[string]string{"Retry-After": "1"}}
+	fake := newFakeDynamoDB(t, hinted)
+	r, err := awsretry.New(mustExec(t, retry.Config{Budgets: []budget.Budget{}}), awsretry.Options{Base: fastBase()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{client: newClient(fake.srv.URL, sdkretry.AddWithMaxBackoffDelay(r, time.Millisecond))}
+	if err := f.getItem(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if len(fake.arrivals) != 2 {
+		t.Fatalf("%d requests, want 2", len(fake.arrivals))
+	}
+	if gap := fake.arrivals[1].Sub(fake.arrivals[0]); gap < time.Second {
+		t.Errorf("the retry came %v after a Retry-After: 1 answer; want at least 1s", gap)
+	}
+}
