@@ -30,20 +30,42 @@
 //     budget.Throttling when the SDK calls the error throttling and as
 //     budget.Transient otherwise. A refusal ends the call with the SDK's
 //     last error joined to a *retry.GiveUpError with Reason BudgetExhausted
-//     (errors.Is(err, budget.ErrExhausted) holds, and retry.RetryAfter(err)
-//     gives the budget's hint). As in retry.Do, a wait that would end within the
+//     that is also a *ratelimit.QuotaExceededError (package
+//     github.com/aws/aws-sdk-go-v2/aws/ratelimit), the error of the SDK's
+//     own retry quota: errors.As finds either, errors.Is(err,
+//     budget.ErrExhausted) holds, and retry.RetryAfter(err) gives the
+//     budget's hint. As in retry.Do, a wait that would end within the
 //     Executor's DeadlineMargin of the context's deadline, or a server hint
 //     above its MaxRetryAfter, ends the call at once with a
 //     *retry.GiveUpError and spends nothing;
-//   - the number of attempts is the Executor's MaxAttempts (unless the
-//     client's RetryMaxAttempts, or AWS_MAX_ATTEMPTS, overrides it: leave
-//     those unset).
+//   - the service's throttling (ThrottlingException,
+//     ProvisionedThroughputExceededException, 429, ...) is retried within
+//     the budgets after the SDK's throttling backoff, but the breaker does
+//     not count it (Options.ThrottlingOpensBreaker makes it a failure): a
+//     throttled table or key says the service is busy, not down, and must
+//     not open the breaker for every call to the service;
+//   - the Executor's MaxAttempts is the most attempts a call makes. The
+//     client's RetryMaxAttempts (or AWS_MAX_ATTEMPTS, or
+//     retry.AddWithMaxAttempts around this retryer) may lower it; a higher
+//     number is capped, the call ending with a *retry.GiveUpError with
+//     Reason AttemptsExhausted. A DynamoDB client's own default of 4
+//     attempts belongs to the SDK's retryer and does not carry over: give
+//     the Executor of a DynamoDB partner MaxAttempts: 4 to keep it.
 //
 // The wait before a retry is the SDK's backoff, raised to the server's hint
 // (x-amz-retry-after, and Retry-After, which the SDK alone ignores): a hint
 // is a lower bound, as everywhere in herdguard. The Executor's hooks
 // (OnRetry, OnGiveUp, OnStoreError) and the breaker's
 // OnStateChange see the SDK's calls as they see the Executor's own.
+//
+// The part of a hint the SDK's loop would not wait whatever RetryDelay
+// says (a Retry-After; an x-amz-retry-after beyond the 5 s the SDK raises
+// its delay by) is waited in GetRetryToken, so that
+// retry.AddWithMaxBackoffDelay around this retryer, which replaces
+// RetryDelay, shortens the backoff but never the hint. Precedence, then:
+// the Executor's MaxAttempts caps the attempts, which the client's
+// RetryMaxAttempts and retry.AddWithMaxAttempts may lower; Options.Base's
+// backoff, or a wrapper's, is raised to the server's hint.
 //
 // One limit comes from the SDK's loop: a retry the budgets granted that the
 // SDK then never sends (the breaker rejected it, or the context ended during
@@ -60,6 +82,7 @@ package awsretry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -67,6 +90,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	sdkretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -85,17 +109,35 @@ type Options struct {
 	// backoff before a retry (RetryDelay); nil means the SDK's standard
 	// retryer, retry.NewStandard() of package
 	// github.com/aws/aws-sdk-go-v2/aws/retry. To retry more error codes,
-	// pass retry.AddWithErrorCodes(retry.NewStandard(), codes...). Base's
-	// retry quota, attempt tokens and MaxAttempts are never used.
+	// pass retry.AddWithErrorCodes(retry.NewStandard(), codes...).
+	//
+	// Base's MaxAttempts must equal the Executor's (New rejects another
+	// number with a *herdguard.ConfigError naming Options.Base): build it
+	// with StandardOptions.MaxAttempts set to retry.Config.MaxAttempts.
+	// Base's retry quota (StandardOptions.RateLimiter) and attempt tokens
+	// are never consulted: the Executor's budgets and breaker stand in for
+	// them. Adaptive mode (*retry.AdaptiveMode), whose point is its
+	// client-side rate limiting, is rejected.
 	Base aws.Retryer
+
+	// ThrottlingOpensBreaker makes the breaker count the service's
+	// throttling (ThrottlingException, ProvisionedThroughputExceeded, 429,
+	// ...) as failures. By default it does not: a throttled call is retried
+	// within the budgets (charged as budget.Throttling) after the SDK's
+	// throttling backoff raised to the service's hint, and the breaker
+	// counts the attempt as neither success nor failure, so that one hot
+	// key or table does not open the breaker for every call to the
+	// service.
+	ThrottlingOpensBreaker bool
 }
 
 // retryer is the aws.RetryerV2 over a retry.Executor that New returns.
 type retryer struct {
-	exec     *retry.Executor
-	base     aws.Retryer
-	throttle sdkretry.IsErrorThrottle
-	waits    waitRing
+	exec          *retry.Executor
+	base          aws.Retryer
+	throttle      sdkretry.IsErrorThrottle
+	throttleOpens bool
+	waits         waitRing
 }
 
 var _ aws.RetryerV2 = (*retryer)(nil)
@@ -109,14 +151,39 @@ func New(exec *retry.Executor, opts Options) (aws.RetryerV2, error) {
 		return nil, &herdguard.ConfigError{Field: "awsretry.New exec", Reason: "is nil"}
 	}
 	base := opts.Base
-	if base == nil {
-		base = sdkretry.NewStandard()
+	bad := func(reason string) error {
+		return &herdguard.ConfigError{Field: "awsretry.Options.Base", Reason: reason}
 	}
-	return &retryer{exec: exec, base: base, throttle: sdkretry.IsErrorThrottles(sdkretry.DefaultThrottles)}, nil
+	switch b := base.(type) {
+	case nil:
+		base = sdkretry.NewStandard(func(o *sdkretry.StandardOptions) {
+			o.MaxAttempts = exec.MaxAttempts()
+			o.RateLimiter = ratelimit.None
+		})
+	case *sdkretry.AdaptiveMode:
+		return nil, bad("is adaptive mode, whose client-side rate limiting awsretry does not run (the Executor's budgets and breaker replace it); use retry.NewStandard")
+	default:
+		if n := b.MaxAttempts(); n != exec.MaxAttempts() {
+			return nil, bad(fmt.Sprintf("MaxAttempts() is %d, the Executor's MaxAttempts %d; give both the same number", n, exec.MaxAttempts()))
+		}
+	}
+	return &retryer{exec: exec, base: base, throttle: sdkretry.IsErrorThrottles(sdkretry.DefaultThrottles), throttleOpens: opts.ThrottlingOpensBreaker}, nil
 }
 
 // MaxAttempts returns the Executor's MaxAttempts.
 func (r *retryer) MaxAttempts() int { return r.exec.MaxAttempts() }
+
+// quotaExceeded is a budget's refusal of a retry as GetRetryToken returns
+// it: the Executor's *retry.GiveUpError, which is also a
+// *ratelimit.QuotaExceededError, the error the SDK's own retry quota
+// returns, for code written for the SDK.
+type quotaExceeded struct {
+	err   error
+	quota *ratelimit.QuotaExceededError
+}
+
+func (e *quotaExceeded) Error() string   { return e.err.Error() }
+func (e *quotaExceeded) Unwrap() []error { return []error{e.err, e.quota} }
 
 // IsErrorRetryable reports whether Options.Base retries err. A refusal of a
 // herdguard layer (budget.ErrExhausted, breaker.ErrOpen) and a cancellation
@@ -137,7 +204,11 @@ func (r *retryer) GetAttemptToken(ctx context.Context) (func(error) error, error
 		return nil, err
 	}
 	return func(err error) error {
-		done(err, r.verdict(err))
+		v := r.verdict(err)
+		if v == retry.RetryThrottling && !r.throttleOpens {
+			v = retry.NoRetryExcluded // throttling says the service is busy, not broken
+		}
+		done(err, v)
 		return nil
 	}, nil
 }
@@ -163,9 +234,28 @@ func (r *retryer) GetRetryToken(ctx context.Context, opErr error) (func(error) e
 	}
 	release, err := r.exec.AcquireRetry(ctx, retry.RetryEvent{Attempt: attempt, Delay: wait, RetryAfter: hint, Err: opErr, Kind: kind})
 	if err != nil {
+		if errors.Is(err, budget.ErrExhausted) {
+			err = &quotaExceeded{err: err, quota: &ratelimit.QuotaExceededError{Available: 0, Requested: 1}}
+		}
 		return nil, err
 	}
-	r.waits.put(opErr, wait)
+	xamz, hasX := sdkHint(opErr)
+	pre, delay := splitWait(wait, hint, xamz, hasX)
+	if pre > 0 {
+		// The part of the hint the SDK's own loop does not honour whatever
+		// RetryDelay returns (a Retry-After; x-amz-retry-after beyond 5 s),
+		// waited here, so that a wrapper replacing RetryDelay
+		// (retry.AddWithMaxBackoffDelay) cannot shorten it.
+		t := time.NewTimer(pre)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			release.Done(budget.RetryNotUsed)
+			return nil, &retry.GiveUpError{Attempts: attempt, Reason: retry.ContextDone, Err: opErr, Cause: ctx.Err(), RetryAfter: hint}
+		}
+	}
+	r.waits.put(opErr, delay)
 	return func(err error) error {
 		if err == nil {
 			release.Done(budget.RetrySucceeded)
@@ -177,8 +267,9 @@ func (r *retryer) GetRetryToken(ctx context.Context, opErr error) (func(error) e
 }
 
 // RetryDelay returns the wait before the retry after attempt failed with
-// err: the one GetRetryToken checked against the deadline when it granted
-// the retry, or else Options.Base's backoff raised to the server's hint.
+// err: what is left of the one GetRetryToken checked against the deadline
+// when it granted the retry (less the part of the hint it waited itself),
+// or else Options.Base's backoff raised to the server's hint.
 func (r *retryer) RetryDelay(attempt int, err error) (time.Duration, error) {
 	if d, ok := r.waits.take(err); ok {
 		return d, nil
@@ -216,6 +307,46 @@ func (r *retryer) verdict(err error) retry.Verdict {
 		return retry.NoRetry // the service answered: the request is at fault
 	}
 	return retry.NoRetryExcluded // no answer and no known cause: most likely not the service's fault
+}
+
+// sdkHintSlack is how far the SDK's Attempt middleware raises RetryDelay's
+// answer towards x-amz-retry-after, at most.
+const sdkHintSlack = 5 * time.Second
+
+// sdkHint returns x-amz-retry-after as the SDK's Attempt middleware reads
+// it (whole milliseconds, not negative), and whether it is set.
+func sdkHint(err error) (time.Duration, bool) {
+	var re *smithyhttp.ResponseError
+	if !errors.As(err, &re) || re.Response == nil || re.Response.Response == nil {
+		return 0, false
+	}
+	ms, perr := strconv.ParseInt(re.Response.Header.Get("X-Amz-Retry-After"), 10, 64)
+	if perr != nil || ms < 0 || ms > int64(time.Duration(1<<63-1)/time.Millisecond) {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+// splitWait divides the wait before a retry, at least hint, into pre, which
+// GetRetryToken sleeps itself, and delay, which RetryDelay returns, such
+// that:
+//   - with RetryDelay answering delay, the SDK (which raises it to
+//     x-amz-retry-after, by at most sdkHintSlack) sleeps wait - pre, so the
+//     whole wait is the one checked against the deadline;
+//   - whatever another RetryDelay answers (a wrapper's), pre plus what the
+//     SDK then sleeps is at least hint.
+func splitWait(wait, hint, xamz time.Duration, hasX bool) (pre, delay time.Duration) {
+	var sure time.Duration // what the SDK sleeps at least, whatever RetryDelay says
+	if hasX {
+		sure = min(xamz, sdkHintSlack)
+	}
+	pre = max(hint-sure, 0)
+	rest := max(wait-pre, 0) // what the SDK must sleep
+	delay = rest
+	if hasX && rest < xamz { // the SDK raises delay to min(xamz, delay+slack)
+		delay = max(rest-sdkHintSlack, 0)
+	}
+	return pre, delay
 }
 
 // serverHint returns the wait the response behind err asked for:

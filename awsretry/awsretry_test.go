@@ -125,8 +125,12 @@ func (b *countingBudget) snapshot() (requests, successes int, kinds []budget.Kin
 
 // fastBase is the SDK's standard classification with a 1 ms backoff, so
 // that tests of throttling do not wait the SDK's second.
-func fastBase() aws.Retryer {
+func fastBase() aws.Retryer { return fastBaseN(3) }
+
+// fastBaseN is fastBase with n attempts.
+func fastBaseN(n int) aws.Retryer {
 	return sdkretry.NewStandard(func(o *sdkretry.StandardOptions) {
+		o.MaxAttempts = n
 		o.Backoff = sdkretry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
 	})
 }
@@ -202,11 +206,11 @@ func TestClassification(t *testing.T) {
 		first    answer
 		retried  bool
 		kind     budget.Kind
-		failures int64 // breaker failures (the retry's success adds a success)
+		failures int64 // breaker failures (the retry's success adds a success; throttling is excluded)
 	}{
-		{"ThrottlingException is throttling", throttling, true, budget.Throttling, 1},
-		{"ProvisionedThroughputExceededException is throttling", throughput, true, budget.Throttling, 1},
-		{"unmodeled 429 is throttling", tooMany, true, budget.Throttling, 1},
+		{"ThrottlingException is throttling", throttling, true, budget.Throttling, 0},
+		{"ProvisionedThroughputExceededException is throttling", throughput, true, budget.Throttling, 0},
+		{"unmodeled 429 is throttling", tooMany, true, budget.Throttling, 0},
 		{"HTTP 500 is transient", internal, true, budget.Transient, 1},
 		{"HTTP 503 is transient", unavailable, true, budget.Transient, 1},
 		{"HTTP 501 is not retried, a failure", notImplemented, false, 0, 1},
@@ -285,7 +289,7 @@ func TestBreakerOpenFailsFast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, retry.Config{Breaker: br, MaxAttempts: 2}, fastBase(), internal, internal)
+	f := newFixture(t, retry.Config{Breaker: br, MaxAttempts: 2}, fastBaseN(2), internal, internal)
 	ctx := context.Background()
 	// Two failed attempts trip the breaker; the SDK returns the last one.
 	if err := f.getItem(ctx); err == nil || errors.Is(err, breaker.ErrOpen) {

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	sdkretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -66,6 +68,7 @@ func (f *awsSDKFixture) useConfig(t *testing.T, cfg retry.Config) {
 		t.Fatal(err)
 	}
 	r, err := awsretry.New(exec, awsretry.Options{Base: sdkretry.NewStandard(func(o *sdkretry.StandardOptions) {
+		o.MaxAttempts = exec.MaxAttempts()
 		o.Backoff = sdkretry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
 	})})
 	if err != nil {
@@ -331,5 +334,105 @@ func TestAWSRetryerSharedBreaker(t *testing.T) {
 	snap, err := store.Load(callContext(t), "awsretry-partner")
 	if err != nil || snap.State != breaker.Open {
 		t.Errorf("the breaker's store read %+v, %v; want the open state, read through dynamo.NewClient", snap, err)
+	}
+}
+
+// TestAWSRetryerUnderLoad: many concurrent calls of a real dynamodb.Client
+// through one awsretry retryer, with the fleet's budgets (a local ratio and
+// a Global in DynamoDB) and a breaker that opens after 3 consecutive
+// failures, while the table throttles every request. No call panics or
+// makes more than MaxAttempts attempts; every retry at the proxy is one the
+// budgets granted; every refusal is a *ratelimit.QuotaExceededError that
+// also matches budget.ErrExhausted; the throttling never opens the breaker;
+// and once the throttling stops every call succeeds.
+func TestAWSRetryerUnderLoad(t *testing.T) {
+	const (
+		workers     = 16
+		perWorker   = 20
+		calls       = workers * perWorker
+		maxAttempts = 3
+	)
+	f := newAWSSDKFixture(t)
+	lr, global := newFleetBudgets(t, "awsretry-load", 3, 10, 0.1, time.Now)
+	var opened atomic.Int64
+	br, err := breaker.New("awsretry-load", breaker.Settings{
+		ConsecutiveFailures: 3,
+		OnStateChange: func(c breaker.StateChange) {
+			if c.To == breaker.Open {
+				opened.Add(1)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.useConfig(t, retry.Config{MaxAttempts: maxAttempts, Budgets: []budget.Budget{lr, global}, Breaker: br})
+
+	f.proxy.Set(faultproxy.Fault{Kind: faultproxy.Throttling})
+	before := f.proxy.Stats().Requests
+	var (
+		wg                        sync.WaitGroup
+		refused, exhausted, other atomic.Int64
+		firstOther                atomic.Pointer[error]
+		tooMany                   atomic.Int64
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range perWorker {
+				err := f.put(callContext(t), w*perWorker+i)
+				var q *ratelimit.QuotaExceededError
+				var gu *retry.GiveUpError
+				var me *sdkretry.MaxAttemptsError
+				var te *types.ThrottlingException
+				switch {
+				case errors.As(err, &q) && errors.Is(err, budget.ErrExhausted) && errors.As(err, &gu) && gu.Reason == retry.BudgetExhausted && errors.As(err, &te):
+					refused.Add(1)
+					if gu.Attempts > maxAttempts {
+						tooMany.Add(1)
+					}
+				case errors.As(err, &me) && errors.As(err, &te):
+					exhausted.Add(1)
+					if me.Attempt > maxAttempts {
+						tooMany.Add(1)
+					}
+				default:
+					other.Add(1)
+					e := fmt.Errorf("call %d: %w", w*perWorker+i, err)
+					firstOther.CompareAndSwap(nil, &e)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	requests := f.proxy.Stats().Requests - before
+	if n := other.Load(); n > 0 {
+		t.Errorf("%d calls ended otherwise than refused or attempts exhausted with the ThrottlingException; first: %v", n, *firstOther.Load())
+	}
+	if n := tooMany.Load(); n > 0 {
+		t.Errorf("%d calls made more than %d attempts", n, maxAttempts)
+	}
+	if refused.Load() == 0 {
+		t.Error("no retry was refused: the budgets never bound, so the test shows nothing about refusals")
+	}
+	c := lr.counts()
+	if retries := requests - calls; requests > calls*maxAttempts || retries != c.granted-c.returned {
+		t.Errorf("%d requests at the proxy for %d calls: %d retries; the budgets granted %d (returned %d)", requests, calls, retries, c.granted, c.returned)
+	}
+	if c.requests != calls {
+		t.Errorf("the local ratio saw %d requests for %d calls", c.requests, calls)
+	}
+	if n := opened.Load(); n != 0 || br.State(time.Now()) != breaker.Closed {
+		t.Errorf("the breaker opened %d times under throttling (state %v); want it closed", n, br.State(time.Now()))
+	}
+	if s := global.Stats(); s.Unavailable != 0 {
+		t.Errorf("the fleet budget's store was unavailable %d times", s.Unavailable)
+	}
+	t.Logf("%d calls: %d refused, %d attempts exhausted, %d requests; local %+v", calls, refused.Load(), exhausted.Load(), requests, c)
+
+	// The throttling ends: every call succeeds at once.
+	f.proxy.Set(faultproxy.Fault{})
+	errs, requests := f.calls(t, 10)
+	if err := errors.Join(errs...); err != nil || requests != 10 {
+		t.Errorf("after the throttling: %d requests for 10 calls, errors %v", requests, err)
 	}
 }

@@ -199,8 +199,8 @@ type ftOutcomes struct {
 	calls      int64
 	ok         int64 // 200
 	failed     int64 // the partner's 503, retries used up
-	rejected   int64 // breaker.ErrOpen, on the first attempt or a retry
-	refused    int64 // budget.ErrExhausted after a 503
+	rejected   int64 // breaker.ErrOpen on the first attempt, or the 503 before a retry the breaker rejected
+	refused    int64 // the 503 before a retry a budget refused
 	unexpected int64 // anything else (fails the test)
 	flushErrs  int64 // Executor.Flush errors (store faults; fails the test)
 	firstErr   error // the first unexpected or Flush error
@@ -270,6 +270,12 @@ type ftEnv struct {
 	breaker  *breaker.Breaker
 	exec     *retry.Executor
 	client   *http.Client
+
+	// gaveUp is the Reason of the invocation's current call's give-up
+	// (Executor.OnGiveUp, on the calling goroutine), -1 for none: the
+	// Transport returns the partner's 503 when a budget or the breaker
+	// refuses the retry after it, so the refusal is counted from here.
+	gaveUp atomic.Int64
 
 	budgetFaults  atomic.Int64 // Executor.OnStoreError: the Global abstained
 	breakerFaults atomic.Int64 // breaker Settings.OnStoreError
@@ -356,6 +362,7 @@ func newFTEnv(t *testing.T, i int, table, endpoint string, clock *ftClock, log *
 		Breaker:        e.breaker,
 		Clock:          clock,
 		AttemptTimeout: ftAttemptTimeout,
+		OnGiveUp:       func(gu *retry.GiveUpError) { e.gaveUp.Store(int64(gu.Reason)) },
 		OnStoreError: func(layer int, err error) {
 			e.budgetFaults.Add(1)
 			e.noteFault(fmt.Errorf("budget layer %d: %w", layer, err))
@@ -396,15 +403,20 @@ func (e *ftEnv) invoke(ctx context.Context, url string) ftOutcomes {
 			note(err)
 			continue
 		}
+		e.gaveUp.Store(-1)
 		resp, err := e.client.Do(req)
 		switch {
 		case err == nil:
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
-			switch resp.StatusCode {
-			case http.StatusOK:
+			switch {
+			case resp.StatusCode == http.StatusOK:
 				o.ok++
-			case http.StatusServiceUnavailable:
+			case resp.StatusCode == http.StatusServiceUnavailable && e.gaveUp.Load() == int64(retry.BudgetExhausted):
+				o.refused++
+			case resp.StatusCode == http.StatusServiceUnavailable && e.gaveUp.Load() == int64(retry.BreakerOpen):
+				o.rejected++
+			case resp.StatusCode == http.StatusServiceUnavailable:
 				o.failed++
 			default:
 				o.unexpected++

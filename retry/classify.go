@@ -23,9 +23,12 @@ type Verdict uint8
 
 const (
 	// NoOpinion passes the error on to the next classifier. An error no
-	// classifier has an opinion about is not retried and not counted by
-	// the breaker (as NoRetryExcluded): it is most likely the caller's own
-	// bug, and the next attempt would fail the same way.
+	// classifier has an opinion about is a failure of the partner, as in
+	// sony/gobreaker, failsafe-go, resilience4j and Polly: the breaker
+	// counts it, and it is retried as transient when the call is
+	// idempotent (RetryTransient), not otherwise (NoRetryFailure). Return
+	// NoRetryExcluded from a classifier for errors that are not the
+	// partner's doing.
 	NoOpinion Verdict = iota
 	// RetryTransient retries after a failure that may go away by itself
 	// (5xx, timeout, dropped connection). The breaker counts a failure.
@@ -223,8 +226,28 @@ func mayHaveReached(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// RetryEveryError is a Classifier for callers who want every error retried,
+// as a plain retry loop (or sony/gobreaker under one) would: put it in
+// Config.Classifiers and every error is RetryTransient, whether or not the
+// call is idempotent, 4xx answers and timeouts of a POST included. Only
+// the caller's cancellation and a nested herdguard layer's refusal
+// (budget.ErrExhausted, breaker.ErrOpen) keep their verdict
+// (NoRetryExcluded): retrying them would multiply the load. The budgets,
+// the breaker, MaxAttempts and the deadline still bound the retries.
+func RetryEveryError(err error, idempotent bool) Verdict {
+	if v := classifyControl(err, idempotent); v != NoOpinion {
+		return v
+	}
+	return RetryTransient
+}
+
+// classifyUnknown is the last link of the built-in chain: an error nobody
+// recognised is a failure of the partner, retried only when the call is
+// idempotent.
+func classifyUnknown(_ error, idempotent bool) Verdict { return transientIf(idempotent) }
+
 // defaultClassifiers is the built-in chain, run after Config.Classifiers.
-var defaultClassifiers = [...]Classifier{classifyControl, classifyStatus, classifyNetwork}
+var defaultClassifiers = [...]Classifier{classifyControl, classifyStatus, classifyNetwork, classifyUnknown}
 
 // StatusError is the error an operation returns for an HTTP response it
 // counts as failed. The built-in classification decides from StatusCode

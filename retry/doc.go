@@ -49,9 +49,14 @@
 // # Classification
 //
 // Callers' Config.Classifiers run first, then the built-in chain; the first
-// answer other than NoOpinion wins, and an error nobody recognises is not
-// retried (it is most likely a bug in the caller, which a retry would
-// repeat). The built-in chain:
+// answer other than NoOpinion wins. An error nobody recognises
+// (errors.New("boom")) is a failure of the partner, as in sony/gobreaker,
+// failsafe-go, resilience4j and Polly: the breaker counts it, and it is
+// retried, as transient, only when the call is idempotent. A classifier
+// that returns NoRetryExcluded keeps the breaker from counting errors that
+// are not the partner's doing (a bug of the caller's own); put
+// RetryEveryError in Config.Classifiers to retry every error whatever the
+// idempotency. The built-in chain:
 //
 //   - context.Canceled, and another herdguard layer's refusal
 //     (budget.ErrExhausted, breaker.ErrOpen, from an Executor nested in the
@@ -66,6 +71,8 @@
 //   - Failures proving the request never reached the partner (a failed
 //     dial, a refused connection, a temporary DNS failure) are retried;
 //     timeouts, resets and broken connections only when the call is
+//     idempotent.
+//   - Any other error: a failure, retried only when the call is
 //     idempotent.
 //
 // One rule covers Do and Transport: a call that is not idempotent
@@ -85,6 +92,19 @@
 // bodies are replayed through GetBody; each attempt carries its number in
 // an attempt header; failed responses are drained and closed before the
 // next attempt, and Retry-After and x-amz-retry-after are honoured.
+//
+// # Do and Transport
+//
+// Both answer a give-up the same way, whatever ended it (the
+// classification, MaxAttempts, the deadline, a long Retry-After, a budget,
+// the breaker): when the partner answered the last attempt, Do returns a
+// *GiveUpError that unwraps to its *StatusError, and the Transport returns
+// that response with a nil error; when it did not (a network error, the
+// breaker rejected the first attempt, the context ended), both return the
+// same *GiveUpError. The Reason and Attempts are the same, and OnGiveUp
+// sees each give-up, a Transport's too: count refusals there, since the
+// Transport's caller sees the partner's answer. Every response the
+// Transport does not return is drained (up to DrainLimit) and closed.
 //
 // # Hooks, logging and Flush
 //

@@ -61,7 +61,8 @@ type Config struct {
 
 	// Idempotent says whether Do's calls may be repeated after they may
 	// have reached the partner: a timeout, a reset connection, a 408, 500,
-	// 502, 504 or a 503 without Retry-After. Failures before the request
+	// 502, 504, a 503 without Retry-After, or an error the classification
+	// does not recognise. Failures before the request
 	// left, 429, and 503 with Retry-After are retried either way (the
 	// partner refused the work). DoIdempotent and the generic DoIdempotent
 	// choose per call.
@@ -88,8 +89,10 @@ type Config struct {
 
 	// Classifiers run, in order, before the built-in classification (see
 	// the package documentation); the first answer other than NoOpinion
-	// wins. Return NoRetryExcluded for errors that are not the partner's
-	// fault, so the breaker does not count them.
+	// wins; an error no classifier recognises is a failure, retried only
+	// when the call is idempotent. Return NoRetryExcluded for errors that
+	// are not the partner's fault, so the breaker does not count them, or
+	// add RetryEveryError to retry every error.
 	Classifiers []Classifier
 
 	// Clock is the source of time and sleep; nil is the system clock
@@ -566,8 +569,11 @@ func (e *Executor) classify(ctx context.Context, c call, err error, timedOut boo
 			}
 		}
 	}
-	if v == NoOpinion || v > NoRetryExcluded {
-		v = NoRetryExcluded // unknown: most likely the caller's own bug
+	if v > NoRetryExcluded { // not a Verdict: a classifier's bug
+		v = NoOpinion
+	}
+	if v == NoOpinion { // nobody recognised it: a failure of the partner
+		v = classifyUnknown(err, c.idempotent)
 	}
 	if !v.retryable() {
 		return v

@@ -309,7 +309,7 @@ func TestBreaker(t *testing.T) {
 			{"retryable fault then success", []error{status(429)}, breaker.Counts{Successes: 1, Failures: 1}},
 			{"4xx is a success", []error{status(404)}, breaker.Counts{Successes: 1}},
 			{"canceled is excluded", []error{context.Canceled}, breaker.Counts{Excluded: 1}},
-			{"unknown error is excluded", []error{errors.New("bug")}, breaker.Counts{Excluded: 1}},
+			{"unknown error is a failure", []error{errors.New("bug")}, breaker.Counts{Failures: 1}},
 			{"caller-marked error is excluded", []error{errNotTheirs}, breaker.Counts{Excluded: 1}},
 			{"non-idempotent timeout is a failure", []error{timeoutError{}}, breaker.Counts{Failures: 1}},
 		} {
@@ -356,7 +356,8 @@ func TestClassificationInTheLoop(t *testing.T) {
 		{"canceled", true, context.Canceled, 1},
 		{"nested budget refusal", true, &budget.ExhaustedError{}, 1},
 		{"nested breaker rejection", true, &breaker.OpenError{}, 1},
-		{"unknown", true, errors.New("nil pointer in our code"), 1},
+		{"unknown, not idempotent", false, errors.New("boom"), 1},
+		{"unknown, idempotent", true, errors.New("boom"), 3},
 		{"401", true, status(401), 1},
 		{"408, not idempotent", false, status(408), 1},
 		{"408, idempotent", true, status(408), 3},

@@ -83,7 +83,9 @@ func (e *Executor) StartAttempt(ctx context.Context, attempt int) (done func(err
 // it, ev.Delay is the wait the loop will make before it, and ev.RetryAfter
 // the partner's hint included in that wait (zero if none).
 //
-// It applies Do's rules. A hint above Config.MaxRetryAfter, or a wait that
+// It applies Do's rules. A retry after attempt MaxAttempts ends the call
+// with Reason AttemptsExhausted, whatever number of attempts the foreign
+// loop allows. A hint above Config.MaxRetryAfter, or a wait that
 // would end within DeadlineMargin of ctx's deadline, ends the call at once
 // with a *GiveUpError wrapping ev.Err (Reason RetryAfterTooLong or
 // DeadlineTooClose) and nothing spent; so does an open breaker (Reason
@@ -97,6 +99,10 @@ func (e *Executor) StartAttempt(ctx context.Context, attempt int) (done func(err
 func (e *Executor) AcquireRetry(ctx context.Context, ev RetryEvent) (budget.Release, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, e.giveUp(ctx, ev.Attempt, ContextDone, ev.Err, err)
+	}
+	if ev.Attempt >= e.maxAttempts {
+		// The foreign loop allows more attempts than the Executor.
+		return nil, e.giveUp(ctx, ev.Attempt, AttemptsExhausted, ev.Err, nil)
 	}
 	now := e.now()
 	deadline, hasDeadline := ctx.Deadline()

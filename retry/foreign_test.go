@@ -107,7 +107,7 @@ func TestForeignLoopVerdictsDecideTheBreakerOutcome(t *testing.T) {
 		{"RetryThrottling counts a failure", retry.RetryThrottling, errPartner, 0, 1, 0},
 		{"NoOpinion asks the Executor's chain: a 503", retry.NoOpinion, status(503), 0, 1, 0},
 		{"NoOpinion asks the Executor's chain: a 404", retry.NoOpinion, status(404), 1, 0, 0},
-		{"NoOpinion asks the Executor's chain: an unknown error", retry.NoOpinion, errPartner, 0, 0, 1},
+		{"NoOpinion asks the Executor's chain: an unknown error", retry.NoOpinion, errPartner, 0, 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			br := mustBreaker(t)

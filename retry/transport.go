@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -47,8 +48,9 @@ type TransportOptions struct {
 	GenerateIdempotencyKey bool
 	// DrainLimit is how many bytes of a retried response's body are read
 	// before it is closed, so that its connection can be reused (default
-	// 64 KiB). A longer body is closed without draining (the connection is
-	// then dropped).
+	// 64 KiB); they are kept in memory during the backoff wait. A longer
+	// body is closed without draining further (the connection is then
+	// dropped), and its response cannot be returned after the wait.
 	DrainLimit int64
 }
 
@@ -70,13 +72,19 @@ type TransportOptions struct {
 //     modified) with the attempt header and, if generated, the key.
 //   - A response with status 400 or above is a *StatusError for the
 //     classification (Retry-After and x-amz-retry-after read from it).
-//     Before a retry the failed response's body is drained (up to
-//     DrainLimit) and closed. When the executor gives up on the partner's
-//     answer (not retryable, attempts used up, deadline too close,
-//     Retry-After too long), that last response is returned unchanged with
-//     a nil error, body open, as a plain http.Client would have returned
-//     it. When a budget or the breaker refuses, or the context ends, the
-//     response is closed and the error returned.
+//     Before a retry the failed response's body is read (up to
+//     DrainLimit, kept in memory) and closed, so that its connection is
+//     reused during the wait; a longer body is closed unread and its
+//     response dropped.
+//   - A call ends one way, whatever stopped it (see "Do and Transport" in
+//     the package documentation): when the partner answered the last
+//     attempt, that response is returned with a nil error, as a plain
+//     http.Client would have returned it, even when a budget or the
+//     breaker refused the retry (OnGiveUp sees the refusal); otherwise
+//     (no answer, the breaker rejected the first attempt, the context
+//     ended, or a body above DrainLimit was dropped before a wait) the
+//     response is nil and the error is the *GiveUpError Do would have
+//     returned.
 //   - Config.AttemptTimeout bounds each attempt until its response
 //     headers arrive; reading the returned body is bounded by the
 //     request's context (or http.Client.Timeout), as without herdguard.
@@ -144,7 +152,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			idempotent = true
 		}
 	}
-	c := call{idempotent: idempotent, ownTimeout: true, beforeWait: rt.discard}
+	c := call{idempotent: idempotent, ownTimeout: true, beforeWait: rt.park}
 	if hasBody && req.GetBody == nil {
 		c.maxAttempts = 1 // the body cannot be sent twice
 	}
@@ -155,11 +163,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if held := rt.held; held != nil {
 		rt.held = nil
 		var gu *GiveUpError
-		if errors.As(err, &gu) {
-			switch gu.Reason {
-			case NotRetryable, AttemptsExhausted, DeadlineTooClose, RetryAfterTooLong:
-				return held, nil // the partner's answer, unchanged
-			}
+		if errors.As(err, &gu) && gu.Reason != ContextDone {
+			return held, nil // the partner's last answer, whatever stopped the retry
 		}
 		rt.drainClose(held)
 	}
@@ -250,6 +255,25 @@ func (rt *roundTrip) attempt(ctx context.Context, n int) (*http.Response, error)
 		return resp, &StatusError{StatusCode: resp.StatusCode, RetryAfter: d, Status: resp.Status, Header: resp.Header}
 	}
 	return resp, nil
+}
+
+// park frees the held failed response's connection before the backoff
+// wait: it reads the body, up to DrainLimit, and closes it. A body that fit
+// is kept in memory, so that the response can still be returned should the
+// call end after the wait (the breaker rejects the retry); a longer one is
+// dropped with its response.
+func (rt *roundTrip) park() {
+	resp := rt.held
+	if resp == nil || resp.Body == nil || resp.Body == http.NoBody {
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, rt.t.drainLimit+1))
+	resp.Body.Close()
+	if err != nil || int64(len(b)) > rt.t.drainLimit {
+		rt.held = nil
+		return
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
 }
 
 // discard drains and closes the held failed response, if any.

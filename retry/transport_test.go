@@ -442,10 +442,18 @@ func TestTransportPostWithoutKeyRetriedWhenNeverSent(t *testing.T) {
 	}
 }
 
-// closeTracker is a request body that records its Close.
+// closeTracker is a body that records its Close and counts the bytes
+// read from it.
 type closeTracker struct {
 	io.Reader
 	closed atomic.Bool
+	read   atomic.Int64
+}
+
+func (c *closeTracker) Read(p []byte) (int, error) {
+	n, err := c.Reader.Read(p)
+	c.read.Add(int64(n))
+	return n, err
 }
 
 func (c *closeTracker) Close() error { c.closed.Store(true); return nil }
@@ -491,37 +499,51 @@ func (tt *trackingTransport) RoundTrip(r *http.Request) (*http.Response, error) 
 }
 
 func TestTransportRefusalsCloseTheResponse(t *testing.T) {
-	t.Run("budget", func(t *testing.T) {
-		p := newPartner(t, failFirst(10, 503))
-		tt := &trackingTransport{base: http.DefaultTransport}
-		c := newClient(t, retry.Config{Budgets: []budget.Budget{&fakeBudget{refuse: &budget.ExhaustedError{Budget: "local"}}}}, retry.TransportOptions{}, tt)
-		resp, err := c.Get(p.URL)
-		if !errors.Is(err, budget.ErrExhausted) || resp != nil {
-			t.Fatalf("Get = %v, %v; want the budget's refusal", resp, err)
-		}
-		if len(tt.bodies) != 1 || !tt.bodies[0].closed.Load() {
-			t.Errorf("the 503's body was not closed")
-		}
-		if _, ok := retry.RetryAfter(err); !ok {
-			t.Errorf("no Retry-After hint in %v", err)
-		}
-	})
-	t.Run("breaker rejects a retry", func(t *testing.T) {
-		br := mustBreaker(t)
-		p := newPartner(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-			br.Override(breaker.ForcedOpen) // the fleet's breaker opens while the partner answers 503
-			w.WriteHeader(http.StatusServiceUnavailable)
+	// A refused retry after the partner answered returns that answer, as
+	// Do's *GiveUpError carries it; OnGiveUp sees the refusal.
+	for _, tc := range []struct {
+		name  string
+		cfg   func(*retry.Config) *breaker.Breaker
+		want  retry.Reason
+		bytes int
+	}{
+		{"budget", func(c *retry.Config) *breaker.Breaker {
+			c.Budgets = []budget.Budget{&fakeBudget{refuse: &budget.ExhaustedError{Budget: "local"}}}
+			return nil
+		}, retry.BudgetExhausted, 1024},
+		{"breaker rejects a retry", func(c *retry.Config) *breaker.Breaker {
+			c.Breaker = mustBreaker(t)
+			return c.Breaker
+		}, retry.BreakerOpen, 1024},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cfg retry.Config
+			br := tc.cfg(&cfg)
+			var gaveUp []retry.Reason
+			cfg.OnGiveUp = func(gu *retry.GiveUpError) { gaveUp = append(gaveUp, gu.Reason) }
+			p := newPartner(t, func(n int, w http.ResponseWriter, r *http.Request) {
+				if br != nil {
+					br.Override(breaker.ForcedOpen) // the fleet's breaker opens while the partner answers 503
+				}
+				failFirst(10, 503)(n, w, r)
+			})
+			tt := &trackingTransport{base: http.DefaultTransport}
+			c := newClient(t, cfg, retry.TransportOptions{}, tt)
+			resp, err := c.Get(p.URL)
+			if err != nil || resp == nil || resp.StatusCode != 503 {
+				t.Fatalf("Get = %v, %v; want the partner's 503", resp, err)
+			}
+			if got := readAll(t, resp); len(got) != tc.bytes {
+				t.Errorf("body of %d bytes, want the partner's %d", len(got), tc.bytes)
+			}
+			if len(tt.bodies) != 1 || !tt.bodies[0].closed.Load() {
+				t.Errorf("%d responses, the 503's body closed: %v", len(tt.bodies), len(tt.bodies) == 1 && tt.bodies[0].closed.Load())
+			}
+			if !slices.Equal(gaveUp, []retry.Reason{tc.want}) {
+				t.Errorf("OnGiveUp saw %v, want [%v]", gaveUp, tc.want)
+			}
 		})
-		tt := &trackingTransport{base: http.DefaultTransport}
-		c := newClient(t, retry.Config{Breaker: br}, retry.TransportOptions{}, tt)
-		resp, err := c.Get(p.URL)
-		if !errors.Is(err, breaker.ErrOpen) || resp != nil {
-			t.Fatalf("Get = %v, %v; want the breaker's rejection", resp, err)
-		}
-		if len(tt.bodies) != 1 || !tt.bodies[0].closed.Load() {
-			t.Errorf("the 503's body was not closed")
-		}
-	})
+	}
 	t.Run("breaker rejects the first attempt", func(t *testing.T) {
 		br := mustBreaker(t)
 		br.Override(breaker.ForcedOpen)
