@@ -45,6 +45,9 @@ func run(url string) error {
 		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 500 { // the partner's last answer, when the retries ran out or were refused
+		return fmt.Errorf("partner answered %s", resp.Status)
+	}
 	_, err = io.Copy(os.Stdout, resp.Body)
 	return err
 }
