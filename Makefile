@@ -8,7 +8,7 @@
 #
 #     make build-BikesFunction ARTIFACTS_DIR=build
 #
-# leaves build/bootstrap; README.md ("Deploy without SAM") zips and uploads
+# leaves build/bootstrap; README.md ("Deploy") zips and uploads
 # it. The binary is static (CGO_ENABLED=0: it links no C library, so it runs
 # whatever glibc the builder has) and reproducible (-trimpath, -buildvcs=false:
 # no path or VCS state of the build machine in it), and uses the

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Rootful Podman serving the Docker API, for machines that have a docker client
-# but no engine and no registry (README.md, "Testing", says what it sets up;
+# but no engine and no registry (CONTRIBUTING.md says what it sets up;
 # the comments below say why each setting is needed).
 # Sourced by .ci/test after common.sh. Functions only; nothing runs on source.
 
