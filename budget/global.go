@@ -311,6 +311,9 @@ type Global struct {
 	// every write until then, even one this environment's own requests
 	// would fund.
 	quietUntil time.Time
+	// throttle is the throttled call's error, the cause of the refusals
+	// made from memory until quietUntil.
+	throttle error
 	// faultUntil ends the cooldown after a store fault.
 	faultUntil time.Time
 	// spread is the number of shards a write picks from when the spread
@@ -535,7 +538,8 @@ func (p pending) n() int64 { return p.cur + p.carry }
 // environment's next store contact (zero when the store's last answer
 // showed allowance, which the next call will try to take). A throttled
 // store call is a refusal whose Cause matches ErrUnavailable and wraps the
-// store's error. A store fault is an *ExhaustedError whose Cause matches
+// store's error, and so are the refusals made from memory until the next
+// contact after it. A store fault is an *ExhaustedError whose Cause matches
 // ErrUnavailable and wraps the fault, or with FailOpen that Cause alone.
 // A ctx that ends before or during the store call is not a store fault:
 // the refusal's Cause is ctx.Err(), whatever FailOpen says, and no
@@ -563,8 +567,12 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 		g.stats.Refused++
 		g.stats.CachedRefusals++
 		after := g.nextContact.Sub(now)
+		var cause error
+		if now.Before(g.quietUntil) {
+			cause = g.throttle // the store's fault, not the fleet's allowance
+		}
 		g.mu.Unlock()
-		return nil, g.refusal(after, nil)
+		return nil, g.refusal(after, cause)
 	}
 	if err := ctx.Err(); err != nil {
 		// The caller gave up: no store call, and not a store fault.
@@ -610,7 +618,7 @@ func (g *Global) AcquireRetry(ctx context.Context, now time.Time, _ Kind) (Relea
 		g.throttledLocked(now)
 		g.stats.Refused++
 		g.stats.RefusalWrites++
-		return nil, g.refusal(g.nextContact.Sub(now), &unavailableError{budget: g.label, err: err})
+		return nil, g.refusal(g.nextContact.Sub(now), g.throttle)
 	case errors.Is(err, ErrInsufficient):
 		g.unappliedLocked(w, p, allowance, err)
 	case ctx.Err() != nil:
@@ -849,6 +857,7 @@ func (g *Global) unappliedLocked(w int64, p pending, allowance int64, err error)
 		g.stats.Throttled++
 		g.seeLocked(w, 0)
 		g.quietUntil = g.nextContact
+		g.throttle = &unavailableError{budget: g.label, err: err}
 		return
 	}
 	g.seeLocked(w, allowance)

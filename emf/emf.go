@@ -52,11 +52,12 @@
 //     (StateChange.Origin is not breaker.OriginFollowed): with
 //     a shared breaker, one per fleet transition, whatever the fleet's size.
 //
-// Two refusals that follow a store fault carry none, and count as
-// refusals: a budget.Global that was throttled refuses from memory until
-// its next store contact (BudgetExhausted), and a breaker whose Store
-// fails on the move to half-open keeps rejecting calls as the fleet's open
-// state it last read (BreakerRejected).
+// The refusals a budget.Global makes from memory after a throttled write,
+// until its next store contact, carry the throttle and count as store
+// errors too. One refusal that follows a store fault carries none and
+// counts as a refusal: a breaker whose Store fails on the move to
+// half-open keeps rejecting calls as the fleet's open state it last read
+// (BreakerRejected).
 //
 // A Recorder is safe for concurrent use. Keep one per partner, like its
 // Executor, and flush it where the Executor is flushed.

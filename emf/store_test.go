@@ -92,9 +92,9 @@ func TestStoreFaultsAreNotRefusals(t *testing.T) {
 	}{
 		{"unreachable table", errors.New("dial tcp: connection refused"), calls},
 		{"malformed item", errors.New("allowance attribute is not a number"), calls},
-		// A throttled call refuses; later refusals answered from memory
-		// until the next contact carry no store error, so one call here.
-		{"throttled", fmt.Errorf("ProvisionedThroughputExceededException: %w", budget.ErrThrottled), 1},
+		// A throttled call refuses, and so do the calls answered from
+		// memory until the next contact: each carries the throttle.
+		{"throttled", fmt.Errorf("ProvisionedThroughputExceededException: %w", budget.ErrThrottled), calls},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			values, root, refused := runGlobal(t, budgetStoreFunc(func() error { return tc.err }), tc.calls)
