@@ -36,7 +36,7 @@ func setup(ctx context.Context, f *herdlambda.Fleet) (func(context.Context, even
 		}
 		resp, err := client.Do(hreq)
 		if err != nil {
-			return events.APIGatewayV2HTTPResponse{}, err // a refusal: herdlambda answers 503 with Retry-After
+			return events.APIGatewayV2HTTPResponse{}, err // a refusal becomes a 503 with Retry-After
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

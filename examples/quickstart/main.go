@@ -37,7 +37,7 @@ func run(url string) error {
 	}
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 
-	resp, err := client.Get(url) // a GET: retried with full jitter on 408/429/5xx and network errors
+	resp, err := client.Get(url) // a GET: retried with full jitter on 408/429/500/502/503/504 and network errors
 	if err != nil {
 		if d, ok := retry.RetryAfter(err); ok { // breaker open or budget exhausted
 			return fmt.Errorf("partner unavailable, retry after %s: %w", d, err)
