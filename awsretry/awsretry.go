@@ -14,8 +14,8 @@
 // which are throttling (the SDK's standard classification, or Options.Base),
 // its backoff (2026 retry behaviour: full jitter over 50 ms for transient
 // errors, 1 s for throttling), its clock skew correction and its handling of
-// x-amz-retry-after. It replaces the SDK's retry quota (a token bucket per
-// client) by the Executor:
+// x-amz-retry-after. In place of the SDK's retry quota (a token bucket per
+// client; kept only when Options.Base brings one) it uses the Executor:
 //
 //   - every attempt asks the breaker first (GetAttemptToken). When it is
 //     open the SDK call fails at once, before anything is sent, with an
@@ -114,10 +114,11 @@ type Options struct {
 	// Base's MaxAttempts must equal the Executor's (New rejects another
 	// number with a *herdguard.ConfigError naming Options.Base): build it
 	// with StandardOptions.MaxAttempts set to retry.Config.MaxAttempts.
-	// Base's retry quota (StandardOptions.RateLimiter) and attempt tokens
-	// are never consulted: the Executor's budgets and breaker stand in for
-	// them. Adaptive mode (*retry.AdaptiveMode), whose point is its
-	// client-side rate limiting, is rejected.
+	// Base's retry quota (StandardOptions.RateLimiter) is honoured: a
+	// retry needs Base's retry token as well as the budgets' grant, and a
+	// token not used is given back (the default Base has none:
+	// ratelimit.None). Adaptive mode (*retry.AdaptiveMode), whose point is
+	// its client-side rate limiting of first attempts, is rejected.
 	Base aws.Retryer
 
 	// ThrottlingOpensBreaker makes the breaker count the service's
@@ -175,15 +176,16 @@ func (r *retryer) MaxAttempts() int { return r.exec.MaxAttempts() }
 
 // quotaExceeded is a budget's refusal of a retry as GetRetryToken returns
 // it: the Executor's *retry.GiveUpError, which is also a
-// *ratelimit.QuotaExceededError, the error the SDK's own retry quota
-// returns, for code written for the SDK.
+// ratelimit.QuotaExceededError, the error the SDK's own retry quota
+// returns (as a value; errors.As finds the pointer form too), for code
+// written for the SDK.
 type quotaExceeded struct {
 	err   error
 	quota *ratelimit.QuotaExceededError
 }
 
 func (e *quotaExceeded) Error() string   { return e.err.Error() }
-func (e *quotaExceeded) Unwrap() []error { return []error{e.err, e.quota} }
+func (e *quotaExceeded) Unwrap() []error { return []error{e.err, e.quota, *e.quota} }
 
 // IsErrorRetryable reports whether Options.Base retries err. A refusal of a
 // herdguard layer (budget.ErrExhausted, breaker.ErrOpen) and a cancellation
@@ -228,12 +230,19 @@ func (r *retryer) GetRetryToken(ctx context.Context, opErr error) (func(error) e
 		return nil, err
 	}
 	wait := max(backoff, hint)
+	// Base's retry quota first: in memory, and a refusal there costs the
+	// budgets nothing.
+	quota, err := r.base.GetRetryToken(ctx, opErr)
+	if err != nil {
+		return nil, err
+	}
 	kind := budget.Transient
 	if r.verdict(opErr) == retry.RetryThrottling {
 		kind = budget.Throttling
 	}
 	release, err := r.exec.AcquireRetry(ctx, retry.RetryEvent{Attempt: attempt, Delay: wait, RetryAfter: hint, Err: opErr, Kind: kind})
 	if err != nil {
+		_ = quota(nil) // not used: Base's quota gets its token back
 		if errors.Is(err, budget.ErrExhausted) {
 			err = &quotaExceeded{err: err, quota: &ratelimit.QuotaExceededError{Available: 0, Requested: 1}}
 		}
@@ -252,6 +261,7 @@ func (r *retryer) GetRetryToken(ctx context.Context, opErr error) (func(error) e
 		case <-ctx.Done():
 			t.Stop()
 			release.Done(budget.RetryNotUsed)
+			_ = quota(nil)
 			return nil, &retry.GiveUpError{Attempts: attempt, Reason: retry.ContextDone, Err: opErr, Cause: ctx.Err(), RetryAfter: hint}
 		}
 	}
@@ -262,7 +272,7 @@ func (r *retryer) GetRetryToken(ctx context.Context, opErr error) (func(error) e
 		} else {
 			release.Done(budget.RetryFailed)
 		}
-		return nil
+		return quota(err)
 	}, nil
 }
 

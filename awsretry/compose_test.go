@@ -115,9 +115,10 @@ func TestBudgetRefusalIsQuotaExceeded(t *testing.T) {
 	f.budget.limit = 0
 	err := f.getItem(context.Background())
 	var q *ratelimit.QuotaExceededError
+	var qv ratelimit.QuotaExceededError // the form the SDK's own quota returns
 	var gu *retry.GiveUpError
-	if !errors.As(err, &q) || !errors.Is(err, budget.ErrExhausted) || !errors.As(err, &gu) || gu.Reason != retry.BudgetExhausted {
-		t.Fatalf("err %v; want a *ratelimit.QuotaExceededError matching budget.ErrExhausted, a BudgetExhausted give-up", err)
+	if !errors.As(err, &q) || !errors.As(err, &qv) || !errors.Is(err, budget.ErrExhausted) || !errors.As(err, &gu) || gu.Reason != retry.BudgetExhausted {
+		t.Fatalf("err %v; want a ratelimit.QuotaExceededError (value and pointer) matching budget.ErrExhausted, a BudgetExhausted give-up", err)
 	}
 	if _, ok := retry.RetryAfter(err); !ok {
 		t.Errorf("retry.RetryAfter(%v) found no hint", err)
@@ -191,5 +192,45 @@ func TestAddWithMaxBackoffDelayKeepsTheHint(t *testing.T) {
 	}
 	if gap := fake.arrivals[1].Sub(fake.arrivals[0]); gap < time.Second {
 		t.Errorf("the retry came %v after a Retry-After: 1 answer; want at least 1s", gap)
+	}
+}
+
+// TestBaseRetryQuotaHonoured: a Base's retry quota gates retries as well
+// as the budgets: with room for one retry token, a second concurrent retry
+// is refused with the SDK's ratelimit.QuotaExceededError and costs the
+// budgets nothing, and a token given back (the retry succeeded) makes
+// room again.
+func TestBaseRetryQuotaHonoured(t *testing.T) {
+	base := sdkretry.NewStandard(func(o *sdkretry.StandardOptions) {
+		o.MaxAttempts = 3
+		o.RateLimiter = ratelimit.NewTokenRateLimit(10)
+		o.RetryCost = 10
+	})
+	var grants int
+	exec := mustExec(t, retry.Config{MaxAttempts: 3, Budgets: []budget.Budget{},
+		OnRetry: func(retry.RetryEvent) { grants++ }})
+	r, err := awsretry.New(exec, awsretry.Options{Base: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opErr := errors.New("connection reset by peer")
+	ctx := context.Background()
+	first, err := r.GetRetryToken(ctx, opErr)
+	if err != nil {
+		t.Fatalf("first retry: %v; want a token (the quota holds one)", err)
+	}
+	_, err = r.GetRetryToken(ctx, opErr)
+	var q ratelimit.QuotaExceededError
+	if !errors.As(err, &q) {
+		t.Fatalf("second retry with the quota spent: %v; want the SDK's ratelimit.QuotaExceededError", err)
+	}
+	if grants != 1 {
+		t.Errorf("the budgets saw %d retries; want 1 (Base's refusal comes first and costs them nothing)", grants)
+	}
+	if err := first(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.GetRetryToken(ctx, opErr); err != nil {
+		t.Fatalf("retry after the token came back: %v", err)
 	}
 }
