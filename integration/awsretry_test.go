@@ -70,6 +70,7 @@ func (f *awsSDKFixture) useConfig(t *testing.T, cfg retry.Config) {
 	r, err := awsretry.New(exec, awsretry.Options{Base: sdkretry.NewStandard(func(o *sdkretry.StandardOptions) {
 		o.MaxAttempts = exec.MaxAttempts()
 		o.Backoff = sdkretry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
+		o.RateLimiter = ratelimit.None // the budgets alone decide (a Base's quota would be honoured too)
 	})})
 	if err != nil {
 		t.Fatal(err)
