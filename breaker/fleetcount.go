@@ -215,9 +215,9 @@ func (b *Breaker) countAskLocked(now time.Time) {
 // window. Sampling one call in k, it would then draw a sample in nearly
 // every report interval (95% of them at 3k calls) and report as often.
 func (b *Breaker) countsEveryCallLocked(now time.Time, k int64) bool {
-	perInterval := float64(b.askPrev) * float64(b.s.reportInterval) / float64(b.s.Window/FleetSlots)
+	perInterval := float64(b.askPrev) * float64(b.s.ReportInterval) / float64(b.s.Window/FleetSlots)
 	local := b.win.rolling(b.win.number(now.UnixNano()))
-	perInterval = max(perInterval, float64(local.Requests)*float64(b.s.reportInterval)/float64(b.s.Window))
+	perInterval = max(perInterval, float64(local.Requests)*float64(b.s.ReportInterval)/float64(b.s.Window))
 	return perInterval >= adaptiveCensusCalls*float64(k)
 }
 
@@ -272,7 +272,7 @@ func (b *Breaker) drawSampleFromLocked(now time.Time) {
 	if !b.s.Adaptive {
 		local := b.win.rolling(b.win.number(now.UnixNano()))
 		failed := !b.lastFailure.IsZero() && now.Sub(b.lastFailure) < w
-		if time.Duration(local.Requests)*b.s.reportInterval < b.s.Window {
+		if time.Duration(local.Requests)*b.s.ReportInterval < b.s.Window {
 			if failed || !b.countedBeforeLocked(now) {
 				// Learnt at a moment a failure chose, or in the watch's
 				// first bucket, after the alarm: sample from the next
@@ -327,7 +327,7 @@ func (b *Breaker) restartSampleDelayLocked(now time.Time) {
 // counts it gathered become ready to report, alone; later counts wait for
 // the report after.
 func (b *Breaker) closeFirstLocked(now time.Time) {
-	if b.sampleFrom.IsZero() || b.firstDone || now.Before(b.sampleFrom.Add(b.s.reportInterval)) {
+	if b.sampleFrom.IsZero() || b.firstDone || now.Before(b.sampleFrom.Add(b.s.ReportInterval)) {
 		return
 	}
 	b.firstDone = true
@@ -467,7 +467,7 @@ func (b *Breaker) samplingFactorLocked(now time.Time) int64 {
 		return initialSampling
 	}
 	bucket := b.s.Window / FleetSlots
-	span := min(max(time.Duration(cur-oldest)*bucket, b.s.reportInterval), (FleetSlots-1)*bucket)
+	span := min(max(time.Duration(cur-oldest)*bucket, b.s.ReportInterval), (FleetSlots-1)*bucket)
 	return max(1, int64(math.Ceil(float64(req)/span.Seconds()/targetSamplesPerSecond)))
 }
 
@@ -545,7 +545,7 @@ func (b *Breaker) runAlarm(ctx context.Context, j job) error {
 // reportDueLocked reports whether the report interval has passed since this
 // environment's last report.
 func (b *Breaker) reportDueLocked(now time.Time) bool {
-	return b.lastReport.IsZero() || !now.Before(b.lastReport.Add(b.s.reportInterval))
+	return b.lastReport.IsZero() || !now.Before(b.lastReport.Add(b.s.ReportInterval))
 }
 
 // takeReportLocked returns the report to make now, if any: the counts

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/internal/knobs"
 )
 
 // Tests of the fleet's counting protocol (fleetcount.go): quiet fleets
@@ -99,7 +98,7 @@ func TestFleetSamplingIsDrawnBeforeTheOutcome(t *testing.T) {
 	a := newEnv(t, store, "a", func(s *breaker.Settings) {
 		s.Rand = cycle
 		s.MinRequests = 1000
-		knobs.BreakerReportInterval(s, time.Millisecond)
+		s.ReportInterval = time.Millisecond
 	})
 	// The alarm (no draw: the fleet was quiet), a bucket before the calls:
 	// an environment that learnt of the watch by failing samples from the
@@ -414,7 +413,7 @@ func TestFleetTripWeighsSamples(t *testing.T) {
 			}
 			store.states["partner"] = snap
 			store.mu.Unlock()
-			e := newEnv(t, store, "e", func(s *breaker.Settings) { knobs.BreakerReportInterval(s, time.Millisecond) })
+			e := newEnv(t, store, "e", func(s *breaker.Settings) { s.ReportInterval = time.Millisecond })
 			before := store.reports.Load()
 			call(t, e.Breaker, now, breaker.Failure)
 			if store.reports.Load() == before {

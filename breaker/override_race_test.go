@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/internal/knobs"
 	"github.com/herdguard/herdguard/local"
 )
 
@@ -38,7 +37,7 @@ func TestSharedReportAnswerKeepsTheOverride(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := breaker.Settings{Store: st, CacheTTL: time.Second, StoreTimeout: time.Minute, Rand: func() float64 { return 0 }}
-	knobs.BreakerReportInterval(&s, 100*time.Millisecond)
+	s.ReportInterval = 100 * time.Millisecond
 	b, err := breaker.New("p", s)
 	if err != nil {
 		t.Fatal(err)

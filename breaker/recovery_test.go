@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/internal/knobs"
 	"github.com/herdguard/herdguard/local"
 )
 
@@ -175,7 +174,7 @@ func cycleFleet(t *testing.T, store *swapStore, e env) time.Time {
 func resetSettings(s *breaker.Settings) {
 	s.MinRequests = 2
 	s.OpenDuration = time.Second
-	knobs.BreakerReportInterval(s, time.Millisecond)
+	s.ReportInterval = time.Millisecond
 }
 
 // TestSharedStateLostIsFollowed: the state item is lost (the store went
@@ -484,7 +483,7 @@ func TestSharedLostReportAnswerIsNotCountedTwice(t *testing.T) {
 	settings := func(s *breaker.Settings) {
 		s.MinRequests = 1000
 		s.CacheTTL = 100 * time.Millisecond
-		knobs.BreakerReportInterval(s, time.Millisecond)
+		s.ReportInterval = time.Millisecond
 	}
 	// watching: a failure starts the fleet's watch (the alarm, a report
 	// with no counts), so that what follows is sampled.

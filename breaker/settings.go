@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard"
-	"github.com/herdguard/herdguard/internal/knobs"
 )
 
 // Defaults applied by New to the zero fields of Settings.
@@ -36,10 +35,6 @@ const (
 	// openGrowth is the factor the open duration grows by on every re-open.
 	openGrowth = 2
 )
-
-func init() {
-	knobs.BreakerReportInterval = func(s any, d time.Duration) { s.(*Settings).reportInterval = d }
-}
 
 // Settings configures a Breaker. The zero value of every field means its
 // default; negative durations and counts are errors. New validates
@@ -158,10 +153,12 @@ type Settings struct {
 	// see "When the Store fails" in the package documentation.
 	OnStoreError func(op string, err error)
 
-	// reportInterval is the shortest time between two reports of this
-	// environment's sampled counts, Flush included: 1 s (0), or what
-	// tests set through internal/knobs.
-	reportInterval time.Duration
+	// ReportInterval is the shortest time between two reports of this
+	// environment's sampled counts to the Store, Flush included; 0 means
+	// 1 s. Shorter intervals let tests and simulations run windows of
+	// milliseconds; in production the default keeps the state item's
+	// writes at about one per environment per second.
+	ReportInterval time.Duration
 }
 
 func settingsErr(field, format string, args ...any) error {
@@ -254,8 +251,8 @@ func (s Settings) resolve() (Settings, error) {
 	if s.StoreTimeout, err = durationOrDefault("StoreTimeout", s.StoreTimeout, defaultStoreTimeout); err != nil {
 		return s, err
 	}
-	if s.reportInterval <= 0 {
-		s.reportInterval = defaultReportInterval
+	if s.ReportInterval, err = durationOrDefault("ReportInterval", s.ReportInterval, defaultReportInterval); err != nil {
+		return s, err
 	}
 
 	return s, nil

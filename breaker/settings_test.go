@@ -37,6 +37,8 @@ func TestSettingsValidation(t *testing.T) {
 		{"jitter NaN", breaker.Settings{Jitter: math.NaN()}, "Jitter"},
 		{"no jitter", breaker.Settings{Jitter: -1}, ""},
 		{"jitter -inf", breaker.Settings{Jitter: math.Inf(-1)}, ""},
+		{"report interval negative", breaker.Settings{ReportInterval: -time.Second}, "ReportInterval"},
+		{"report interval short", breaker.Settings{ReportInterval: time.Millisecond, Store: store}, ""},
 		{"probes negative", breaker.Settings{HalfOpenProbes: -1}, "HalfOpenProbes"},
 		{"probes too many", breaker.Settings{HalfOpenProbes: 65}, "HalfOpenProbes"},
 		{"lease negative", breaker.Settings{ProbeLease: -1}, "ProbeLease"},
@@ -99,7 +101,7 @@ func FuzzSettings(f *testing.F) {
 	f.Add(0.3, int64(3), int64(999999), 3, int64(0), int64(1), int64(0), 0.99, 3, int64(0), int64(0), int64(0), int64(0), 0, int64(0), "", true)
 	f.Fuzz(func(t *testing.T, ratio float64, minReq, window int64, slots int, consec, open, maxOpen int64, jitter float64,
 		probes int, lease, slow, ttl, timeout int64, _ int, interval int64, _ string, shared bool) {
-		_, _ = slots, interval // WindowSlots and ReportInterval left Settings (fixed at 10 and 1 s)
+		_, _ = slots, interval // WindowSlots left Settings (fixed at 10); ReportInterval is validated as a duration like CacheTTL
 		// (The two unnamed arguments were MinReporters and Env, settings
 		// that went with the fleet windows: kept so that the corpus stays
 		// valid.)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard"
-	"github.com/herdguard/herdguard/internal/knobs"
 	"github.com/herdguard/herdguard/internal/names"
 	"github.com/herdguard/herdguard/internal/storecall"
 )
@@ -398,9 +397,13 @@ func NewGlobal(store Store, name string, cfg GlobalConfig) (*Global, error) {
 	return g, nil
 }
 
-func init() {
-	knobs.GlobalConfig = func(g any) any { return g.(*Global).cfg }
-}
+// Config returns the configuration g runs with, its zero fields filled
+// with the defaults.
+func (g *Global) Config() GlobalConfig { return g.cfg }
+
+// WindowStart returns the start of the window that now falls in: windows
+// are aligned to the Unix epoch, so every environment computes the same.
+func (g *Global) WindowStart(now time.Time) time.Time { return g.windowStart(g.windowIndex(now)) }
 
 // withDefaults fills the zero fields and validates the others.
 func (c GlobalConfig) withDefaults() (GlobalConfig, error) {

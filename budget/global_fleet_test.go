@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
-	"github.com/herdguard/herdguard/internal/globalcfg"
 )
 
 const testWindow = 10 * time.Second
@@ -255,7 +254,7 @@ func runFleet(t *testing.T, inner budget.Store, fc fleetCase, envs, windows, ops
 	}
 	wg.Wait()
 
-	cfg := globalcfg.Of(globals[0])
+	cfg := globals[0].Config()
 	granted, bound := led.check(t, perRequest(cfg.Ratio), cfg.Floor)
 	s.checkItems(t)
 	var st budget.GlobalStats
@@ -358,7 +357,7 @@ func globalBoundCase(t *testing.T, seed uint64) {
 			_ = g.Flush(context.Background(), now)
 		}
 	}
-	c := globalcfg.Of(envs[0])
+	c := envs[0].Config()
 	led.check(t, perRequest(c.Ratio), c.Floor)
 	for _, w := range s.windowTotals() {
 		if w.taken > w.floor+w.deposited || w.floor > int64(c.Floor)*unit {

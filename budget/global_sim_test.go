@@ -13,7 +13,6 @@ import (
 
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/capacity"
-	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/internal/memstore"
 )
 
@@ -111,12 +110,12 @@ func simulate(t *testing.T, sc simConfig) simResult {
 		q = append(q, simEvent{at: t0.Add(time.Duration(rng.Float64() * float64(time.Second))), env: e})
 	}
 	heap.Init(&q)
-	window := globalcfg.Of(globals[0]).Window
+	window := globals[0].Config().Window
 	outageStart := t0.Add(window + 3*time.Second)
 	end := t0.Add(time.Duration(2+sc.windows) * window)
-	res := simResult{windows: make([]simWindow, sc.windows+2), ratio: globalcfg.Of(globals[0]).Ratio, floor: globalcfg.Of(globals[0]).Floor}
+	res := simResult{windows: make([]simWindow, sc.windows+2), ratio: globals[0].Config().Ratio, floor: globals[0].Config().Floor}
 	win := func(at time.Time) *simWindow {
-		i := int(globalcfg.WindowOf(globals[0], at).Sub(t0) / window)
+		i := int(globals[0].WindowStart(at).Sub(t0) / window)
 		if i < 0 || i >= len(res.windows) {
 			return nil
 		}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
-	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/internal/layers"
 )
 
@@ -95,7 +94,7 @@ func TestNewGlobalValidation(t *testing.T) {
 	}
 
 	g := newGlobal(t, s, budget.GlobalConfig{})
-	c := globalcfg.Of(g)
+	c := g.Config()
 	if c.Ratio != defaultGlobalRatio || c.Window != defaultGlobalWindow || c.Floor != defaultGlobalFloor ||
 		c.Shards != defaultGlobalShards || c.LeaseSize != defaultLeaseSize ||
 		c.StoreTimeout != defaultStoreTimeout || c.FaultCooldown != defaultFaultCooldown ||
@@ -103,10 +102,10 @@ func TestNewGlobalValidation(t *testing.T) {
 		c.FailOpen || c.Rand == nil {
 		t.Errorf("defaults: %+v", c)
 	}
-	if c := globalcfg.Of(newGlobal(t, s, budget.GlobalConfig{Floor: -1})); c.Floor != 0 {
+	if c := newGlobal(t, s, budget.GlobalConfig{Floor: -1}).Config(); c.Floor != 0 {
 		t.Errorf("Floor -1 became %d, want 0", c.Floor)
 	}
-	if c := globalcfg.Of(newGlobal(t, s, budget.GlobalConfig{Window: time.Second})); c.DepositInterval != 250*time.Millisecond {
+	if c := newGlobal(t, s, budget.GlobalConfig{Window: time.Second}).Config(); c.DepositInterval != 250*time.Millisecond {
 		t.Errorf("DepositInterval for a 1 s window: %v, want 250ms", c.DepositInterval)
 	}
 }
@@ -121,7 +120,7 @@ func TestGlobalWindowsAlignToTheEpoch(t *testing.T) {
 		time.Unix(13, 999e6),
 	} {
 		want := time.UnixMilli(int64(math.Floor(float64(now.UnixMilli())/7000)) * 7000)
-		if got := globalcfg.WindowOf(g, now); !got.Equal(want) {
+		if got := g.WindowStart(now); !got.Equal(want) {
 			t.Errorf("WindowOf(%v) = %v, want %v", now, got, want)
 		}
 		if _, ok := acquire(t, g, now); !ok {
@@ -216,7 +215,7 @@ func TestGlobalRefusalsWaitForTheNextContact(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, newStore func() budget.Store) {
 		s := newRecStore(newStore())
 		g := newGlobal(t, s, budget.GlobalConfig{Floor: 1, Rand: constRand(0.5)})
-		d := globalcfg.Of(g).DepositInterval
+		d := g.Config().DepositInterval
 		if d != 2500*time.Millisecond {
 			t.Fatalf("DepositInterval %v, want Window/4", d)
 		}

@@ -23,8 +23,8 @@ func TestImportRules(t *testing.T) {
 	// allowed lists, per top-level package, the module packages it may import.
 	allowed := map[string][]string{
 		"herdguard":            {},
-		"budget":               {"herdguard", "budget", "internal/names", "internal/knobs", "internal/storecall"},
-		"breaker":              {"herdguard", "budget", "breaker", "internal/attempt", "internal/names", "internal/knobs", "internal/storecall"},
+		"budget":               {"herdguard", "budget", "internal/names", "internal/storecall"},
+		"breaker":              {"herdguard", "budget", "breaker", "internal/attempt", "internal/names", "internal/storecall"},
 		"local":                {"herdguard", "budget", "breaker", "internal/memstore", "internal/ratio"},
 		"dynamo":               {"herdguard", "budget", "breaker", "internal/layout", "internal/slothint", "internal/names"},
 		"retry":                {"herdguard", "budget", "breaker", "internal/attempt", "internal/layers", "internal/ratio", "internal/hint", "internal/sleep"},
@@ -35,7 +35,6 @@ func TestImportRules(t *testing.T) {
 		"internal/capacity":    {},
 		"internal/attempt":     {},
 		"internal/names":       {},
-		"internal/knobs":       {},
 		"internal/hint":        {},
 		"internal/sleep":       {},
 		"internal/fakeclock":   {},
@@ -43,7 +42,6 @@ func TestImportRules(t *testing.T) {
 		"internal/storecall":   {},
 		"internal/budgetcheck": {"budget"},
 		"internal/layers":      {"budget"},
-		"internal/globalcfg":   {"budget", "internal/knobs"},
 		"internal/faultproxy":  {"internal/capacity"},
 		"internal/ratio":       {"herdguard", "budget"},
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
 	"github.com/herdguard/herdguard/internal/fakeclock"
-	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -278,7 +277,7 @@ func TestReliabilityBadBudgetItems(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				w := globalcfg.WindowOf(g, clock.Now())
+				w := g.WindowStart(clock.Now())
 				pk := fmt.Sprintf("b#%s#0#%d", name, w.UnixMilli())
 				item := relItem(pk, map[string]types.AttributeValue{"allowance": tc.allowance, "expires": relN("4102444800")})
 				relPut(t, admin, table, item)

@@ -11,7 +11,6 @@ import (
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
 	"github.com/herdguard/herdguard/internal/faultproxy"
-	"github.com/herdguard/herdguard/internal/globalcfg"
 )
 
 // Bounds the DynamoDB fault tests hold herdguard to. They are what README's
@@ -198,7 +197,7 @@ func TestReliabilityDynamoFaults(t *testing.T) {
 					// A throttle is a refusal, not a fault: the Global
 					// writes again at its next contact, DepositInterval ×
 					// U(0.5, 1.5) later.
-					d := globalcfg.Of(fleet.envs[i].global).DepositInterval / 2
+					d := fleet.envs[i].global.Config().DepositInterval / 2
 					budgetLimit = int64(faultFor/d) + 1 + 1 + cut
 				}
 				breakerLimit := 2*(int64(faultFor/cfg.CacheTTL)+1) + 1 + cut

@@ -22,7 +22,6 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/internal/knobs"
 	"github.com/herdguard/herdguard/internal/sleep"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
@@ -505,7 +504,7 @@ func newRelFleet(t testing.TB, api dynamo.API, table string, cfg relFleetConfig)
 				e.mu.Unlock()
 			},
 		}
-		knobs.BreakerReportInterval(&bset, relReportInterval)
+		bset.ReportInterval = relReportInterval
 		e.brk, err = breaker.New(cfg.Name, bset)
 		if err != nil {
 			t.Fatalf("breaker.New: %v", err)

@@ -26,8 +26,6 @@ import (
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
 	"github.com/herdguard/herdguard/internal/faultproxy"
-	"github.com/herdguard/herdguard/internal/globalcfg"
-	"github.com/herdguard/herdguard/internal/knobs"
 	"github.com/herdguard/herdguard/internal/memstore"
 	"github.com/herdguard/herdguard/local"
 )
@@ -375,7 +373,7 @@ func newRelGlobalModel(t *rapid.T, ctx context.Context, store budget.Store, name
 }
 
 func (m *relGlobalModel) window() int64 {
-	return globalcfg.WindowOf(m.envs[0], m.now).UnixMilli()
+	return m.envs[0].WindowStart(m.now).UnixMilli()
 }
 
 func (m *relGlobalModel) actions() map[string]func(*rapid.T) {
@@ -698,7 +696,7 @@ func TestReliabilityGlobalBoundConcurrent(t *testing.T) {
 					// Real time, so that environments meet in the same
 					// windows in whatever order the scheduler picks.
 					now := time.Now()
-					w := globalcfg.WindowOf(g, now).UnixMilli()
+					w := g.WindowStart(now).UnixMilli()
 					switch o.kind {
 					case 0:
 						for range o.n {
@@ -1172,7 +1170,7 @@ func newRelBreakerModel(t *rapid.T, ctx context.Context, store breaker.Store, pe
 		CacheTTL:       time.Duration(rapid.IntRange(1, 3).Draw(t, "cacheTenths")) * 100 * time.Millisecond,
 		StoreTimeout:   5 * time.Second, // faults are injected, not timed
 	}
-	knobs.BreakerReportInterval(&s, 50*time.Millisecond)
+	s.ReportInterval = 50 * time.Millisecond
 	n := rapid.IntRange(2, 5).Draw(t, "envs")
 	seed := rapid.Uint64().Draw(t, "seed") // the breakers' sampling and probe delays, so that a case replays
 	for i := range n {
@@ -1457,7 +1455,7 @@ func newRelReportsModel(t *rapid.T, ctx context.Context, store breaker.Store, pe
 		Rand: func() float64 { return 0 },
 	}
 	m.reportInterval = time.Duration(rapid.IntRange(1, 4).Draw(t, "reportIntervalTwentieths")) * 50 * time.Millisecond
-	knobs.BreakerReportInterval(&m.cfg, m.reportInterval)
+	m.cfg.ReportInterval = m.reportInterval
 	for i := range rapid.IntRange(2, 5).Draw(t, "envs") {
 		e := &relReportsEnv{name: fmt.Sprintf("env-%d", i)}
 		si := m.cfg

@@ -22,7 +22,6 @@ import (
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
 	"github.com/herdguard/herdguard/internal/faultproxy"
-	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -153,7 +152,7 @@ type soakWindows struct {
 }
 
 func (s soakWindowed) RecordRequest(now time.Time) {
-	w := globalcfg.WindowOf(s.g, now).UnixMilli()
+	w := s.g.WindowStart(now).UnixMilli()
 	s.w.mu.Lock()
 	s.w.requests[w]++
 	s.w.mu.Unlock()
@@ -167,7 +166,7 @@ func (s soakWindowed) AcquireRetry(ctx context.Context, now time.Time, k budget.
 	if err != nil {
 		return rel, err
 	}
-	w := globalcfg.WindowOf(s.g, now).UnixMilli()
+	w := s.g.WindowStart(now).UnixMilli()
 	s.w.mu.Lock()
 	s.w.granted[w]++
 	s.w.mu.Unlock()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
-	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/retry"
 )
 
@@ -98,7 +97,7 @@ func (s EnvSpec) ObserveRetry(cfg *retry.Config) {
 func (s EnvSpec) ObserveGlobal(b budget.Budget) budget.Budget {
 	rec := s.rec
 	if g, ok := b.(*budget.Global); ok && !rec.hasGlobal {
-		cfg := globalcfg.Of(g)
+		cfg := g.Config()
 		if cfg.Window != rec.window {
 			rec.fail(fmt.Errorf("fleetsim: the global budget's Window (%v) is not the run's Window (%v)", cfg.Window, rec.window))
 		}

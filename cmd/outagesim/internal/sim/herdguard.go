@@ -11,7 +11,6 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
-	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -244,7 +243,7 @@ func newGlobalStrategy(ctx context.Context, d Deps, kind breakerKind) (Strategy,
 		return nil, fmt.Errorf("global budget: %w", err)
 	}
 	bset := breakerSettings(c)
-	use := newRatioUse(globalcfg.Of(g0))
+	use := newRatioUse(g0.Config())
 	return &herdguardStrategy{cfg: c, usage: stores.Usage, ratio: use, meter: stores.Capacity,
 		layers: func(spec EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
 			cfg := gcfg

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/budget"
-	"github.com/herdguard/herdguard/internal/globalcfg"
 	"github.com/herdguard/herdguard/internal/memstore"
 )
 
@@ -66,7 +65,7 @@ func TestRatioUseDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return newRatioUse(globalcfg.Of(g))
+		return newRatioUse(g.Config())
 	}
 	if u := use(budget.GlobalConfig{}); u.window != 10*time.Second || u.ratio != 0.1 || u.floor != 3 {
 		t.Errorf("defaults: window %v, ratio %v, floor %d", u.window, u.ratio, u.floor)
