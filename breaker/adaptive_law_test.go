@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
-	"github.com/herdguard/herdguard/internal/attempt"
 )
 
 // adaptiveAt is the start of a whole second (a bucket boundary).
@@ -36,10 +35,11 @@ func admitted(t *testing.T, now time.Time, retry bool, counts ...[3]int64) float
 	store.states["partner"] = breaker.Snapshot{WatchUntil: now.Add(20 * time.Second), Buckets: bucketsOf(now, counts...)}
 	b := newBreaker(t, breaker.Settings{Store: store, Adaptive: true, Rand: func() float64 { return 0.999 }, StoreTimeout: 10 * time.Second})
 	ctx := context.Background()
+	allow := b.Allow
 	if retry {
-		ctx = attempt.Retry(ctx)
+		allow = b.AllowRetry
 	}
-	p, err := b.Allow(ctx, now)
+	p, err := allow(ctx, now)
 	if err == nil {
 		b.Done(ctx, now, p, breaker.Success)
 		return 1
@@ -134,11 +134,11 @@ func TestAdaptiveThrottlesFirstAttemptsByShare(t *testing.T) {
 			Buckets: bucketsOf(now, [3]int64{300, 90, 210}, [3]int64{300, 90, 210})}
 		r := c.r
 		b := newBreaker(t, breaker.Settings{Store: store, Adaptive: true, Rand: func() float64 { return r }, StoreTimeout: 10 * time.Second})
-		ctx := context.Background()
+		allow := b.Allow
 		if c.retry {
-			ctx = attempt.Retry(ctx)
+			allow = b.AllowRetry
 		}
-		_, err := b.Allow(ctx, now)
+		_, err := allow(context.Background(), now)
 		if got := err == nil; got != c.want {
 			t.Errorf("Rand %v, retry %v: admitted %v (%v), want %v", c.r, c.retry, got, err, c.want)
 		}

@@ -9,11 +9,10 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard"
-	"github.com/herdguard/herdguard/internal/attempt"
 	"github.com/herdguard/herdguard/internal/names"
 )
 
-// Permit is a call admitted by Allow. Pass it to Done with the call's
+// Permit is a call admitted by Allow or AllowRetry. Pass it to Done with the call's
 // outcome. It is a small value (no allocation); the zero Permit is never
 // valid and Done ignores it.
 type Permit struct {
@@ -243,13 +242,38 @@ func (b *Breaker) Allow(ctx context.Context, now time.Time) (Permit, error) {
 			return Permit{gen: w >> genShift, start: now}, nil
 		}
 	}
-	return b.allowSlow(ctx, now)
+	return b.allowSlow(ctx, now, false)
 }
 
-// Done records the outcome of a call admitted by Allow; now is when it
-// ended. A success slower than SlowCallThreshold counts as a failure;
-// Excluded counts in Counts.Excluded only. A permit issued before the
-// latest state change (an older generation) is ignored, as is the zero
+// AllowRetry is Allow for an attempt that retries a failed one: a retry
+// loop calls Allow for a call's first attempt and AllowRetry for each
+// later one. While the breaker is closed, a retry is never sampled for
+// the fleet's counts (it exists because an attempt failed: counting it
+// would bias the fleet's failure ratio towards failures), and while the
+// fleet throttles (Settings.Adaptive) every retry is rejected, whatever
+// share of first attempts goes. This process's Counts and its own trip
+// rule count a retry's outcome as any call's, and open or half-open it is
+// decided as Allow decides (it may be a probe). Without a Store, or
+// while the fleet is not watching, AllowRetry decides as Allow does.
+func (b *Breaker) AllowRetry(ctx context.Context, now time.Time) (Permit, error) {
+	// Allow's healthy path (nothing is sampled there), written out again:
+	// a shared helper is past the inliner's budget and would cost Allow a
+	// call.
+	w := b.word.Load()
+	if w&flagSlowAllow == 0 {
+		t := now.UnixNano()
+		if b.store == nil || t < b.staleAt.Load() {
+			b.win.addRequest(t)
+			return Permit{gen: w >> genShift, start: now}, nil
+		}
+	}
+	return b.allowSlow(ctx, now, true)
+}
+
+// Done records the outcome of a call admitted by Allow or AllowRetry; now
+// is when it ended. A success slower than SlowCallThreshold counts as a
+// failure; Excluded counts in Counts.Excluded only. A permit issued before
+// the latest state change (an older generation) is ignored, as is the zero
 // Permit. Done never returns an error: a Store fault is reported through
 // OnStoreError and handled as described in the package documentation.
 func (b *Breaker) Done(ctx context.Context, now time.Time, p Permit, o Outcome) {
@@ -382,7 +406,9 @@ const (
 	ioReload         // read the fleet state before deciding (err is the answer if that cannot be done)
 )
 
-func (b *Breaker) allowSlow(ctx context.Context, now time.Time) (Permit, error) {
+// allowSlow decides a call off the healthy path; retry says that it came
+// from AllowRetry.
+func (b *Breaker) allowSlow(ctx context.Context, now time.Time, retry bool) (Permit, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -398,7 +424,7 @@ func (b *Breaker) allowSlow(ctx context.Context, now time.Time) (Permit, error) 
 		b.syncEffectiveLocked(now)
 		var d decision
 		if round < maxAllowRounds {
-			d = b.decideLocked(now, attempt.IsRetry(ctx))
+			d = b.decideLocked(now, retry)
 		} else { // the fleet state kept moving under this call: give up on it
 			d.err = b.openError(max(b.effectiveLocked(now), Open), b.s.CacheTTL, false)
 		}
@@ -664,8 +690,8 @@ func later(a, b time.Time) time.Time {
 }
 
 // admitLocked admits a call while closed: it samples it for the fleet's
-// counts (a first attempt only: a retry exists because an attempt failed,
-// see internal/attempt), and adaptive throttling may reject it.
+// counts (a first attempt only: a retry, from AllowRetry, exists because
+// an attempt failed), and adaptive throttling may reject it.
 func (b *Breaker) admitLocked(now time.Time, retry bool) decision {
 	var (
 		w      int32

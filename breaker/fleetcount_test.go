@@ -124,6 +124,57 @@ func TestFleetSamplingIsDrawnBeforeTheOutcome(t *testing.T) {
 	}
 }
 
+// TestFleetRetriesAreNotSampled: with the fleet watching and Rand at 0,
+// every first attempt asked with Allow is sampled (for initialSampling = 4
+// calls), and no retry asked with AllowRetry is, so the retries' failures
+// reach this environment's Counts but not the fleet's counts; the same
+// failures asked with Allow are sampled like the successes.
+func TestFleetRetriesAreNotSampled(t *testing.T) {
+	for _, retry := range []bool{false, true} {
+		store := newFakeStore()
+		a := newEnv(t, store, "a", func(s *breaker.Settings) { s.ReportInterval = time.Millisecond })
+		watching(t, a, t0)
+		at := t0
+		for i := range 15 {
+			at = at.Add(time.Millisecond)
+			allow, o := a.Allow, breaker.Success
+			if i >= 5 { // 5 first attempts succeed, then 10 attempts fail
+				o = breaker.Failure
+				if retry {
+					allow = a.AllowRetry
+				}
+			}
+			p, err := allow(ctx, at)
+			if err != nil {
+				t.Fatalf("retry %v, call %d: %v", retry, i, err)
+			}
+			a.Done(ctx, at, p, o)
+		}
+		flushAt(t, a.Breaker, t0.Add(time.Second))
+		var got breaker.Bucket
+		for _, bk := range store.state("partner").Buckets {
+			got.Requests += bk.Requests
+			got.Successes += bk.Successes
+			got.Failures += bk.Failures
+			got.Samples += bk.Samples
+		}
+		want := breaker.Bucket{Requests: 60, Successes: 20, Failures: 40, Samples: 15}
+		if retry {
+			want = breaker.Bucket{Requests: 20, Successes: 20, Samples: 5}
+		}
+		if got != want {
+			t.Errorf("retry %v: fleet counts %+v, want %+v", retry, got, want)
+		}
+		// The failure that started the watch, then the 10 failures.
+		if c := a.Counts(); c.Successes != 5 || c.Failures != 11 {
+			t.Errorf("retry %v: Counts %+v, want 5 successes and 11 failures whichever way they were asked", retry, c)
+		}
+		if st := a.State(t0.Add(time.Second)); st != breaker.Closed {
+			t.Errorf("retry %v: %v, want closed (15 samples are fewer than MinRequests)", retry, st)
+		}
+	}
+}
+
 func TestFleetSamplingFactorFollowsTheFleetRate(t *testing.T) {
 	store := newFakeStore()
 	// A fleet making 10,000 calls a second for the whole window: its

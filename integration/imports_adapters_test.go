@@ -24,7 +24,7 @@ func TestImportRulesOfAdapters(t *testing.T) {
 	}
 	// The internal packages retry and its dependencies use are allowed
 	// through them.
-	internal := []string{"herdguard", "internal/attempt", "internal/hint", "internal/layers", "internal/names", "internal/ratio", "internal/sleep", "internal/storecall"}
+	internal := []string{"herdguard", "internal/hint", "internal/layers", "internal/names", "internal/ratio", "internal/sleep", "internal/storecall"}
 	for pkg, allowed := range map[string][]string{
 		"awsretry": append([]string{"retry", "budget", "breaker", "awsretry"}, internal...),
 		"emf":      append([]string{"retry", "budget", "breaker", "emf"}, internal...),

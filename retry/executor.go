@@ -11,7 +11,6 @@ import (
 	"github.com/herdguard/herdguard"
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
-	attemptctx "github.com/herdguard/herdguard/internal/attempt"
 	"github.com/herdguard/herdguard/internal/ratio"
 )
 
@@ -472,10 +471,9 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		if !ok {
 			return e.giveUp(ctx, attempt, reason, err, nil)
 		}
-		// The retry's context is marked: the breaker does not sample
-		// retries for the fleet's counts (internal/attempt).
-		rctx := attemptctx.Retry(ctx)
-		if oerr := e.openGate(rctx, now); oerr != nil {
+		// The breaker is asked with AllowRetry for a retry: retries are
+		// not sampled for the fleet's counts.
+		if oerr := e.openGate(ctx, now); oerr != nil {
 			return e.rejected(ctx, attempt, err, oerr)
 		}
 		rel, gerr := e.grant(ctx, now, RetryEvent{Attempt: attempt, Delay: delay, RetryAfter: hint, Err: err, Kind: kind})
@@ -493,7 +491,7 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 		now = e.now()
 		if e.breaker != nil {
 			var oerr error
-			if permit, oerr = e.breaker.Allow(rctx, now); oerr != nil {
+			if permit, oerr = e.breaker.AllowRetry(ctx, now); oerr != nil {
 				// The breaker opened (or throttles) during the wait.
 				release.Done(budget.RetryNotUsed)
 				return e.rejected(ctx, attempt, err, oerr)
@@ -503,16 +501,16 @@ func (e *Executor) loop(ctx context.Context, c call, op func(context.Context, in
 }
 
 // openGate keeps a retry an open breaker would reject from being charged to
-// the budgets: when the breaker reads Open at now, it asks Allow for the
-// rejection (and hands back the permit should the breaker admit after all,
-// a state change in between). The permit the retry runs under is taken
-// after the wait, so that its slow-call clock, its probe lease and its
-// generation start when the attempt does.
+// the budgets: when the breaker reads Open at now, it asks AllowRetry for
+// the rejection (and hands back the permit should the breaker admit after
+// all, a state change in between). The permit the retry runs under is
+// taken after the wait, so that its slow-call clock, its probe lease and
+// its generation start when the attempt does.
 func (e *Executor) openGate(ctx context.Context, now time.Time) error {
 	if e.breaker == nil || e.breaker.State(now) != breaker.Open {
 		return nil
 	}
-	p, err := e.breaker.Allow(ctx, now)
+	p, err := e.breaker.AllowRetry(ctx, now)
 	if err != nil {
 		return err
 	}

@@ -298,6 +298,34 @@ func TestBreaker(t *testing.T) {
 			t.Errorf("budget asked %v, outcomes %v; want it never asked", s.acquires, s.outcomes)
 		}
 	})
+	t.Run("a throttling breaker refuses the retry", func(t *testing.T) {
+		// Adaptive throttling admits a share of first attempts (all of
+		// them with Rand at 0) and refuses every retry: Do asks the
+		// breaker for its retries as retries.
+		clk := newFakeClock()
+		br, err := breaker.New("partner", breaker.Settings{Store: newThrottlingStore(clk.Now()), Adaptive: true,
+			Rand: func() float64 { return 0 }, StoreTimeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &fakeBudget{}
+		e := mustNew(t, retry.Config{Idempotent: true, Breaker: br, Budgets: []budget.Budget{b}, Clock: clk})
+		calls := 0
+		err = e.Do(ctx, func(context.Context, int) error {
+			calls++
+			return status(503)
+		})
+		var oe *breaker.OpenError
+		if gu := asGiveUp(t, err); gu.Reason != retry.BreakerOpen || gu.Attempts != 1 || !errors.As(err, &oe) || !oe.Throttled {
+			t.Fatalf("err = %v; want the retry refused by throttling after 1 attempt", err)
+		}
+		if calls != 1 {
+			t.Errorf("calls = %d, want 1", calls)
+		}
+		if s := b.snapshot(); len(s.outcomes) != 1 || s.outcomes[0] != budget.RetryNotUsed {
+			t.Errorf("budget outcomes %v; want the grant given back unused", s.outcomes)
+		}
+	})
 	t.Run("outcomes", func(t *testing.T) {
 		errNotTheirs := errors.New("our own config is wrong")
 		for _, tc := range []struct {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
-	attemptctx "github.com/herdguard/herdguard/internal/attempt"
 	"github.com/herdguard/herdguard/internal/layers"
 )
 
@@ -109,7 +108,7 @@ func (e *Executor) AcquireRetry(ctx context.Context, ev RetryEvent) (budget.Rele
 	if reason, ok := e.fits(now, deadline, hasDeadline, max(ev.RetryAfter, 0), max(ev.Delay, 0)); !ok {
 		return nil, e.giveUp(ctx, ev.Attempt, reason, ev.Err, nil)
 	}
-	if oerr := e.openGate(attemptctx.Retry(ctx), now); oerr != nil {
+	if oerr := e.openGate(ctx, now); oerr != nil {
 		return nil, e.rejected(ctx, ev.Attempt, ev.Err, oerr)
 	}
 	return e.grant(ctx, now, ev)
@@ -124,11 +123,15 @@ func (e *Executor) AcquireRetry(ctx context.Context, ev RetryEvent) (budget.Rele
 // BenchmarkHealthyPath), and they are three lines each.
 func (e *Executor) admit(ctx context.Context, now time.Time, first bool, permit *breaker.Permit) error {
 	if e.breaker != nil {
-		actx := ctx
-		if !first { // as the loop marks its retries (internal/attempt)
-			actx = attemptctx.Retry(ctx)
+		var (
+			p   breaker.Permit
+			err error
+		)
+		if first {
+			p, err = e.breaker.Allow(ctx, now)
+		} else { // as the loop asks for its retries
+			p, err = e.breaker.AllowRetry(ctx, now)
 		}
-		p, err := e.breaker.Allow(actx, now)
 		if err != nil {
 			return err
 		}
