@@ -18,6 +18,10 @@
 //	err = callPartner(ctx)
 //	b.Done(ctx, time.Now(), p, outcomeOf(err)) // Success, Failure or Excluded
 //
+// A retry loop asks Allow for a call's first attempt and AllowRetry for
+// each retry (ExampleBreaker_AllowRetry): the fleet's counts sample first
+// attempts only.
+//
 // Times are passed in, in the style of golang.org/x/time/rate: the caller
 // (usually a retry.Executor) owns the clock. On the healthy path Allow and
 // Done take no lock, make no Store call and do not allocate. A Breaker is

@@ -121,6 +121,57 @@ func Example_fleet() {
 	// fresh environment rejected: true
 }
 
+// A retry loop of its own (not a retry.Executor) asks Allow for a call's
+// first attempt and AllowRetry for each retry. While the fleet watches,
+// its first attempts are sampled for the fleet's counts and its retries
+// never are: a retry exists because an attempt failed. This process's
+// Counts see every attempt.
+func ExampleBreaker_AllowRetry() {
+	ctx := context.Background()
+	store := local.NewBreakerStore()
+	b, err := breaker.New("partner-api", breaker.Settings{
+		Store: store,
+		Rand:  func() float64 { return 0 }, // sample every first attempt, for a stable output
+	})
+	if err != nil {
+		panic(err)
+	}
+	start := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	// A failure starts the fleet's watch; this environment samples its
+	// first attempts from the next second on.
+	p, _ := b.Allow(ctx, start)
+	b.Done(ctx, start, p, breaker.Failure)
+
+	now := start.Add(time.Second)
+	for attempt, o := range []breaker.Outcome{breaker.Failure, breaker.Failure, breaker.Success} {
+		allow := b.Allow
+		if attempt > 0 {
+			allow = b.AllowRetry
+		}
+		p, err := allow(ctx, now)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		// ... call the partner ...
+		b.Done(ctx, now, p, o)
+		now = now.Add(100 * time.Millisecond)
+	}
+	_ = b.Flush(ctx, start.Add(3*time.Second))
+
+	snap, _ := store.Load(ctx, "partner-api")
+	var sampled int64
+	for _, bk := range snap.Buckets {
+		sampled += bk.Samples
+	}
+	c := b.Counts()
+	fmt.Printf("this process: %d failures, %d success\n", c.Failures, c.Successes)
+	fmt.Printf("the fleet: %d sampled attempt\n", sampled)
+	// Output:
+	// this process: 3 failures, 1 success
+	// the fleet: 1 sampled attempt
+}
+
 // Override(ForcedOpen) is a local kill switch: this process rejects every
 // call; NoOverride lifts it.
 func ExampleBreaker_Override() {
