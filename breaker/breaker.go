@@ -835,19 +835,19 @@ func (b *Breaker) transitionLocked(now time.Time, from State, next Snapshot) job
 	return job{}
 }
 
-// shouldTripLocked reports whether this environment's own counts trip a
-// closed breaker.
+// shouldTripLocked is the local trip rule, the one place it is decided:
+// whether this environment's own counts trip a closed breaker at now,
+// ConsecutiveFailures in a row (if set), or failures of at least
+// FailureRatio of at least MinRequests outcomes in the rolling window
+// ending at now. The fleet's rule, over sampled counts, is
+// fleetAboveLocked.
 func (b *Breaker) shouldTripLocked(now time.Time) bool {
 	if n := b.s.ConsecutiveFailures; n > 0 && b.consecFail.Load() >= n {
 		return true
 	}
 	c := b.win.rolling(b.win.number(now.UnixNano()))
-	return b.ratioTrips(c.Successes, c.Failures)
-}
-
-func (b *Breaker) ratioTrips(successes, failures int64) bool {
-	total := successes + failures
-	return total > 0 && total >= b.s.MinRequests && float64(failures) >= b.s.FailureRatio*float64(total)
+	total := c.Successes + c.Failures
+	return total > 0 && total >= b.s.MinRequests && float64(c.Failures) >= b.s.FailureRatio*float64(total)
 }
 
 // openDurationLocked returns the jittered open duration after reopens

@@ -751,7 +751,11 @@ func (b *Breaker) fleetTripsLocked(now time.Time) bool {
 
 // fleetAboveLocked reports whether the fleet's estimated failure ratio over
 // the rolling window ending at now is at least FailureRatio plus z standard
-// errors, over at least MinRequests sampled outcomes.
+// errors, over at least MinRequests sampled outcomes. It is the one place
+// the fleet's rule is decided: the hard stop's trip (fleetTripsLocked, at
+// tripZ) and adaptive throttling's start (admitShareLocked, at
+// adaptiveStartZ) differ only in z. The local rule, over this
+// environment's exact counts, is shouldTripLocked.
 func (b *Breaker) fleetAboveLocked(now time.Time, z float64) bool {
 	s, f, n := b.fleetCountsLocked(now)
 	total := s + f
