@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/layout"
 	"github.com/herdguard/herdguard/internal/names"
+	"github.com/herdguard/herdguard/internal/readspread"
 	"github.com/herdguard/herdguard/internal/slothint"
 )
 
@@ -30,9 +32,13 @@ type StoreOptions struct {
 	OnRequest func(RequestInfo)
 	// Rand returns a pseudo-random number in [0, 1). A BreakerStore's
 	// AcquireProbe uses it to pick the first probe slot it tries, so that
-	// environments racing for probes spread over the slots. Nil means
-	// math/rand/v2's Float64.
+	// environments racing for probes spread over the slots, and Load the
+	// first read replica it reads. Nil means math/rand/v2's Float64.
 	Rand func() float64
+	// Now is the clock by which a BreakerStore dates the read replicas it
+	// writes and judges their age (see BreakerStore.Load). Nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // checkStoreArgs rejects what a store constructor cannot work with.
@@ -51,7 +57,9 @@ func checkStoreArgs(constructor string, api API, table string) error {
 // so each write costs one write unit and each item read half a read unit.
 // Its costs, per method:
 //
-//   - Load: one eventually consistent BatchGetItem of two items.
+//   - Load: one eventually consistent BatchGetItem of two items; while
+//     reads are spread, one of one replica, plus, when it is stale, the
+//     two items and one UpdateItem.
 //   - Report: one conditional UpdateItem; two after a wrong guess of the
 //     slot's form, at most three. No read.
 //   - Transition: one conditional UpdateItem.
@@ -66,6 +74,8 @@ type BreakerStore struct {
 	// hints is what this store last saw of each breaker's slots, to
 	// guess Report's first form. It holds no lock.
 	hints slothint.Hints
+	// spreads decides, per breaker, which items Load reads.
+	spreads readspread.Spreads
 }
 
 var _ breaker.Store = (*BreakerStore)(nil)
@@ -80,7 +90,12 @@ func NewBreakerStore(api API, table string, o StoreOptions) (*BreakerStore, erro
 	if o.Rand == nil {
 		o.Rand = rand.Float64
 	}
-	return &BreakerStore{api: api, table: table, cfg: o}, nil
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &BreakerStore{api: api, table: table, cfg: o}
+	s.spreads.Offset = int(o.Rand() * readspread.MaxReplicas)
+	return s, nil
 }
 
 // Stats returns the store's cumulative request counts.
@@ -99,6 +114,16 @@ func (s *BreakerStore) fail(op, name string, err error) error {
 // override item is NoOverride. A partial answer (DynamoDB returning a key
 // as unprocessed, which it does under throttling) is an error, never a
 // snapshot without its override.
+//
+// A fleet large enough to have a read throttled spreads its reads: for
+// two minutes after a throttled read, this store reads the breaker's read
+// replicas "c#<name>#r#<i>" in turn instead, 8 of them at first, 4 times
+// more after each further throttle, at most 128. A replica is a copy of
+// both items; one copied more than 500 ms ago (by StoreOptions.Now), or
+// of an older epoch than this store has seen, is read through: the items
+// themselves, then the replica rewritten, unless a later copy is there
+// already (one more UpdateItem, whose failure does not fail the Load). See
+// "Read replicas" in docs/ARCHITECTURE.md.
 func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot, error) {
 	if err := names.Validate(name); err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, err)
@@ -106,12 +131,48 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	if err := ctx.Err(); err != nil {
 		return breaker.Snapshot{}, s.fail("Load", name, err)
 	}
-	sk, ovk := layout.StateKey(name), layout.OverrideKey(name)
-	done := s.counters.instrument(s.cfg.OnRequest, opRead, "BatchGetItem", sk)
+	sp := s.spreads.For(name)
+	now := s.cfg.Now()
+	replica := sp.Pick(now)
+	if replica >= 0 {
+		snap, fresh, err := s.readReplica(ctx, name, replica, sp, now)
+		if err != nil {
+			if errors.Is(err, budget.ErrThrottled) {
+				sp.Throttled(now)
+			}
+			return breaker.Snapshot{}, s.fail("Load", name, err)
+		}
+		if fresh {
+			return snap, nil
+		}
+	}
+	snap, items, err := s.readItems(ctx, name)
+	if err != nil {
+		if errors.Is(err, budget.ErrThrottled) {
+			sp.Throttled(now)
+		}
+		return breaker.Snapshot{}, s.fail("Load", name, err)
+	}
+	sp.Read(snap.Epoch)
+	if replica >= 0 && ctx.Err() == nil {
+		if err := s.writeReplica(ctx, name, replica, items, now); errors.Is(err, budget.ErrThrottled) {
+			sp.Throttled(now)
+		}
+	}
+	return snap, nil
+}
+
+// batchGet reads keys (of one breaker) with one eventually consistent
+// BatchGetItem and returns each key's item (nil for a missing one). A key
+// left unprocessed is an error satisfying budget.ErrThrottled.
+func (s *BreakerStore) batchGet(ctx context.Context, keys ...string) ([]map[string]types.AttributeValue, error) {
+	ka := make([]map[string]types.AttributeValue, len(keys))
+	for i, k := range keys {
+		ka[i] = keyAttr(k)
+	}
+	done := s.counters.instrument(s.cfg.OnRequest, opRead, "BatchGetItem", keys[0])
 	out, err := answer(s.api.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{
-		RequestItems: map[string]types.KeysAndAttributes{
-			s.table: {Keys: []map[string]types.AttributeValue{keyAttr(sk), keyAttr(ovk)}, ConsistentRead: aws.Bool(false)},
-		},
+		RequestItems:           map[string]types.KeysAndAttributes{s.table: {Keys: ka, ConsistentRead: aws.Bool(false)}},
 		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
 	}))
 	err = markThrottled(err)
@@ -122,32 +183,139 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	}
 	done(err)
 	if err != nil {
-		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem: %w", err))
+		return nil, fmt.Errorf("BatchGetItem: %w", err)
 	}
 	if n := len(out.UnprocessedKeys[s.table].Keys); n > 0 {
 		s.counters.throttled.Add(1)
-		return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem left %d of 2 keys unprocessed: %w", n, budget.ErrThrottled))
+		return nil, fmt.Errorf("BatchGetItem left %d of %d keys unprocessed: %w", n, len(keys), budget.ErrThrottled)
 	}
-	var stateAttrs, overrideAttrs map[string]types.AttributeValue
+	items := make([]map[string]types.AttributeValue, len(keys))
 	for _, attrs := range out.Responses[s.table] {
-		switch pk, _, _ := (item{attrs: attrs}).str(layout.AttrPK); pk {
-		case sk:
-			stateAttrs = attrs
-		case ovk:
-			overrideAttrs = attrs
-		default:
-			return breaker.Snapshot{}, s.fail("Load", name, fmt.Errorf("BatchGetItem answered with an item not asked for (pk %q)", pk))
+		pk, _, _ := (item{attrs: attrs}).str(layout.AttrPK)
+		i := slices.Index(keys, pk)
+		if i < 0 {
+			return nil, fmt.Errorf("BatchGetItem answered with an item not asked for (pk %q)", pk)
 		}
+		items[i] = attrs
 	}
-	snap, err := decodeState(sk, stateAttrs)
+	return items, nil
+}
+
+// readItems reads name's state and override items (items[0] and items[1],
+// nil when missing) and decodes them.
+func (s *BreakerStore) readItems(ctx context.Context, name string) (breaker.Snapshot, []map[string]types.AttributeValue, error) {
+	sk, ovk := layout.StateKey(name), layout.OverrideKey(name)
+	items, err := s.batchGet(ctx, sk, ovk)
 	if err != nil {
-		return breaker.Snapshot{}, s.fail("Load", name, err)
+		return breaker.Snapshot{}, nil, err
+	}
+	snap, err := decodeState(sk, items[0])
+	if err != nil {
+		return breaker.Snapshot{}, nil, err
 	}
 	s.hints.For(name).Learn(&snap.Buckets)
-	if snap.Override, snap.OverrideUntil, err = decodeOverride(ovk, overrideAttrs); err != nil {
-		return breaker.Snapshot{}, s.fail("Load", name, err)
+	if snap.Override, snap.OverrideUntil, err = decodeOverride(ovk, items[1]); err != nil {
+		return breaker.Snapshot{}, nil, err
 	}
-	return snap, nil
+	return snap, items, nil
+}
+
+// readReplica reads replica i of name. fresh is false when the replica is
+// missing, malformed or stale (see readspread.Spread.Fresh): then snap is
+// not an answer and the items must be read.
+func (s *BreakerStore) readReplica(ctx context.Context, name string, i int, sp *readspread.Spread, now time.Time) (snap breaker.Snapshot, fresh bool, err error) {
+	key := layout.ReplicaKey(name, i)
+	items, err := s.batchGet(ctx, key)
+	if err != nil || items[0] == nil {
+		return breaker.Snapshot{}, false, err
+	}
+	snap, copiedAt, err := decodeReplica(key, items[0])
+	if err != nil || !sp.Fresh(snap.Epoch, copiedAt, now) {
+		// A malformed replica is read through and rewritten, as a stale one.
+		return breaker.Snapshot{}, false, nil
+	}
+	sp.Saw(snap.Epoch)
+	s.hints.For(name).Learn(&snap.Buckets)
+	return snap, true, nil
+}
+
+// replicaAttrs are the attributes a read replica copies: the state item's
+// and the override item's, but their pk and expires.
+var replicaAttrs = func() []string {
+	a := []string{layout.AttrState, layout.AttrEpoch, layout.AttrOpenUntil, layout.AttrReopens, layout.AttrWatchUntil,
+		layout.AttrOverride, layout.AttrUntil}
+	for _, n := range layout.Slots {
+		all := n.All()
+		a = append(a, all[:]...)
+	}
+	return a
+}()
+
+// writeReplica writes replica i of name as a copy, dated now, of the state
+// and override items read (items[0] and items[1], nil when missing), unless
+// the replica holds a copy dated now or later. A refusal is no error.
+func (s *BreakerStore) writeReplica(ctx context.Context, name string, i int, items []map[string]types.AttributeValue, now time.Time) error {
+	expr, err := replicaExpression(items, now)
+	if err != nil {
+		return err
+	}
+	key := layout.ReplicaKey(name, i)
+	_, err = conditionalUpdate(ctx, s.api, s.table, &s.counters, s.cfg.OnRequest, key, expr)
+	if ccf := (*types.ConditionalCheckFailedException)(nil); errors.As(err, &ccf) {
+		return nil
+	}
+	return err
+}
+
+// replicaExpression is the update writing a replica of items dated now.
+func replicaExpression(items []map[string]types.AttributeValue, now time.Time) (expression.Expression, error) {
+	at := now.UnixMilli()
+	upd := expression.Set(expression.Name(layout.AttrCopiedAt), expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatInt(at, 10)})).
+		Set(expression.Name(layout.AttrExpires), expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatInt(layout.TTLSeconds(now.Add(layout.CleanupGrace).UnixMilli()), 10)}))
+	for _, a := range replicaAttrs {
+		var v types.AttributeValue
+		for _, it := range items {
+			if x, ok := it[a]; ok {
+				v = x
+			}
+		}
+		if v != nil {
+			upd = upd.Set(expression.Name(a), expression.Value(v))
+		} else {
+			upd = upd.Remove(expression.Name(a))
+		}
+	}
+	cond := expression.AttributeNotExists(expression.Name(layout.AttrCopiedAt)).
+		Or(expression.Name(layout.AttrCopiedAt).LessThan(expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatInt(at, 10)})))
+	return expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
+}
+
+// decodeReplica decodes a read replica: the state it copied (the zero
+// Snapshot if the state item was missing), its override, and when it was
+// copied.
+func decodeReplica(key string, attrs map[string]types.AttributeValue) (breaker.Snapshot, time.Time, error) {
+	it := item{key: key, attrs: attrs}
+	copiedAt, err := it.unixMilli(layout.AttrCopiedAt)
+	switch {
+	case err != nil:
+		return breaker.Snapshot{}, time.Time{}, err
+	case copiedAt.IsZero():
+		return breaker.Snapshot{}, time.Time{}, it.malformed(layout.AttrCopiedAt, "is missing")
+	}
+	var snap breaker.Snapshot
+	if _, ok := attrs[layout.AttrState]; ok {
+		if snap, err = decodeState(key, attrs); err != nil {
+			return breaker.Snapshot{}, time.Time{}, err
+		}
+	} else if _, ok := attrs[layout.AttrEpoch]; ok {
+		return breaker.Snapshot{}, time.Time{}, it.malformed(layout.AttrState, "is missing")
+	}
+	if _, ok := attrs[layout.AttrOverride]; ok {
+		if snap.Override, snap.OverrideUntil, err = decodeOverride(key, attrs); err != nil {
+			return breaker.Snapshot{}, time.Time{}, err
+		}
+	}
+	return snap, copiedAt, nil
 }
 
 // Report adds r's counts to slot r.Bucket mod breaker.FleetSlots of the
@@ -375,6 +543,7 @@ func (s *BreakerStore) writeState(ctx context.Context, op, name string, expr exp
 		return breaker.Snapshot{}, nil, s.fail(op, name, err)
 	}
 	s.hints.For(name).Learn(&snap.Buckets)
+	s.spreads.For(name).Saw(snap.Epoch)
 	return snap, refused, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/herdguard/herdguard/internal/capacity"
 	"github.com/herdguard/herdguard/internal/layout"
 	"github.com/herdguard/herdguard/internal/names"
+	"github.com/herdguard/herdguard/internal/readspread"
 )
 
 // itemSize returns the size DynamoDB bills for an item of string and
@@ -37,8 +38,9 @@ func itemSize(t *testing.T, a attrs) int {
 // stores write and decode (the longest name, every number at the bound
 // the decoder accepts, every optional attribute present) and checks that
 // it is under 1 KB: each write costs exactly one write unit and each
-// read half a read unit, whatever the fleet's size. The breaker state
-// item, which holds the fleet's counts, is the largest.
+// read half a read unit, whatever the fleet's size. A read replica, which
+// copies the breaker state item (the fleet's counts) and the override, is
+// the largest.
 func TestItemsUnderOneWriteUnit(t *testing.T) {
 	name := strings.Repeat("n", names.MaxLen)
 	maxMs := nAV(strconv.FormatInt(maxUnixMilli, 10))
@@ -95,10 +97,31 @@ func TestItemsUnderOneWriteUnit(t *testing.T) {
 		t.Fatalf("the largest budget item does not decode: %v", err)
 	}
 
+	replica := attrs{
+		layout.AttrPK:       sAV(layout.ReplicaKey(name, readspread.MaxReplicas-1)),
+		layout.AttrCopiedAt: maxMs,
+		layout.AttrExpires:  nAV(strconv.FormatInt(maxUnixMilli/1000+1, 10)),
+	}
+	for k, v := range state {
+		if k != layout.AttrPK {
+			replica[k] = v
+		}
+	}
+	for _, k := range []string{layout.AttrOverride, layout.AttrUntil} {
+		replica[k] = override[k]
+	}
+	rsnap, _, err := decodeReplica(layout.ReplicaKey(name, 0), replica)
+	if err != nil {
+		t.Fatalf("the largest read replica does not decode: %v", err)
+	}
+	if rsnap.Epoch != snap.Epoch || rsnap.Buckets != snap.Buckets || rsnap.Override != breaker.ForcedClosed {
+		t.Fatalf("the largest read replica decoded as %+v", rsnap)
+	}
+
 	for _, c := range []struct {
 		kind string
 		item attrs
-	}{{"breaker state", state}, {"override", override}, {"probe slot", probe}, {"budget shard", shard}} {
+	}{{"breaker state", state}, {"override", override}, {"probe slot", probe}, {"budget shard", shard}, {"read replica", replica}} {
 		size := itemSize(t, c.item)
 		t.Logf("largest %s item: %d bytes", c.kind, size)
 		if w := capacity.WriteUnits(size, size); w != 1 {

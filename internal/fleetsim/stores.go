@@ -30,8 +30,11 @@ const (
 
 // shared are the fleet's stores and the capacity model billing them.
 type shared struct {
-	budget  budget.Store
-	breaker breaker.Store
+	budget budget.Store
+	// breaker is the table's breaker items; each environment reads and
+	// writes them through a Client of its own, as through a dynamo store
+	// of its own.
+	breaker *memstore.BreakerStore
 	// meters bill the budget store and the breaker store (nil: no
 	// capacity model). DynamoDB limits each item on its own and the two
 	// stores never share an item, so a Meter per store throttles exactly
@@ -67,7 +70,7 @@ func newShared(clock *Clock, metered bool) *shared {
 func (s *shared) forEnv(rec *recorder, e *env) Stores {
 	return Stores{
 		Budget:  &budgetStore{inner: s.budget, rec: rec},
-		Breaker: &breakerStore{inner: s.breaker, rec: rec, env: e},
+		Breaker: &breakerStore{inner: s.breaker.Client(), rec: rec, env: e},
 	}
 }
 

@@ -38,6 +38,11 @@ const (
 
 	// half-open probe slot
 	AttrLeaseUntil = "lease_until" // N: Unix ms
+
+	// A read replica holds the state item's and the override item's
+	// attributes (but their pk and expires) as they were read at
+	// copied_at.
+	AttrCopiedAt = "copied_at" // N: Unix ms
 )
 
 // SlotNames are the attribute names of one slot of fleet counts in the
@@ -76,6 +81,7 @@ const (
 	BreakerPrefix  = "c" + Sep
 	OverrideSuffix = Sep + "override"
 	ProbeInfix     = Sep + "p" + Sep
+	ReplicaInfix   = Sep + "r" + Sep
 )
 
 // OverrideKeyPattern is an IAM StringLike pattern matching the key of every
@@ -101,6 +107,12 @@ func OverrideKey(name string) string { return BreakerPrefix + name + OverrideSuf
 // ProbeKey returns "c#<name>#p#<slot>", a half-open probe slot item's key.
 func ProbeKey(name string, slot int) string {
 	return BreakerPrefix + name + ProbeInfix + strconv.Itoa(slot)
+}
+
+// ReplicaKey returns "c#<name>#r#<i>", read replica i of a breaker's
+// state and override items.
+func ReplicaKey(name string, i int) string {
+	return BreakerPrefix + name + ReplicaInfix + strconv.Itoa(i)
 }
 
 // TTLSeconds converts an expiry in Unix milliseconds (not negative) into

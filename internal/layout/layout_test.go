@@ -8,6 +8,7 @@ func TestKeys(t *testing.T) {
 		{StateKey("payments"), "c#payments"},
 		{OverrideKey("payments"), "c#payments#override"},
 		{ProbeKey("payments", 2), "c#payments#p#2"},
+		{ReplicaKey("payments", 7), "c#payments#r#7"},
 		{OverrideKeyPattern, "c#*#override"},
 	} {
 		if c.got != c.want {
@@ -29,15 +30,17 @@ func TestSlots(t *testing.T) {
 		t.Errorf("Slots[3] = %+v", got)
 	}
 	// The slots' attribute names are distinct, and distinct from the
-	// state item's other attributes.
+	// state item's other attributes and from the override item's, which a
+	// read replica holds beside them.
 	seen := map[string]bool{}
-	for _, a := range []string{AttrPK, AttrExpires, AttrState, AttrEpoch, AttrOpenUntil, AttrReopens, AttrWatchUntil} {
+	for _, a := range []string{AttrPK, AttrExpires, AttrState, AttrEpoch, AttrOpenUntil, AttrReopens, AttrWatchUntil,
+		AttrOverride, AttrUntil, AttrCopiedAt} {
 		seen[a] = true
 	}
 	for _, n := range Slots {
 		for _, a := range n.All() {
 			if seen[a] {
-				t.Errorf("attribute name %q used twice in the state item", a)
+				t.Errorf("attribute name %q used twice in a read replica", a)
 			}
 			seen[a] = true
 		}

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
+	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/layout"
 	"github.com/herdguard/herdguard/internal/names"
+	"github.com/herdguard/herdguard/internal/readspread"
 	"github.com/herdguard/herdguard/internal/slothint"
 )
 
@@ -42,6 +44,22 @@ type BreakerStore struct {
 	// slot is empty right after a Transition.
 	mu       *sync.Mutex
 	breakers map[string]*breakerEntry
+	// replicas are the read replicas by key, shared by every Client, and
+	// clients the number of Clients made (for their first replicas);
+	// both under mu.
+	replicas map[string]*replicaCopy
+	clients  *int
+	// spreads decides, per breaker, which items this Client's Loads read
+	// (see internal/readspread); only a Meter's throttles start a spread.
+	spreads *readspread.Spreads
+}
+
+// replicaCopy is a read replica: the state and override items as they
+// were at copiedAt.
+type replicaCopy struct {
+	snap     breaker.Snapshot
+	copiedAt time.Time
+	size     int
 }
 
 type breakerEntry struct {
@@ -79,7 +97,8 @@ const (
 // NewBreakerStore returns an empty in-memory breaker.Store with the hooks
 // of o.
 func NewBreakerStore(o Options) *BreakerStore {
-	return &BreakerStore{opts: o, hints: new(slothint.Hints), mu: new(sync.Mutex), breakers: make(map[string]*breakerEntry)}
+	return &BreakerStore{opts: o, hints: new(slothint.Hints), mu: new(sync.Mutex), breakers: make(map[string]*breakerEntry),
+		replicas: make(map[string]*replicaCopy), clients: new(int), spreads: new(readspread.Spreads)}
 }
 
 // Client returns a breaker.Store on the same breakers as s, as another
@@ -88,7 +107,12 @@ func NewBreakerStore(o Options) *BreakerStore {
 // billed) and its own Reads and Writes counts; the hooks of s. Give each
 // environment of a simulated fleet its own Client.
 func (s *BreakerStore) Client() *BreakerStore {
-	return &BreakerStore{opts: s.opts, hints: new(slothint.Hints), mu: s.mu, breakers: s.breakers}
+	s.mu.Lock()
+	*s.clients++
+	n := *s.clients
+	s.mu.Unlock()
+	return &BreakerStore{opts: s.opts, hints: new(slothint.Hints), mu: s.mu, breakers: s.breakers,
+		replicas: s.replicas, clients: s.clients, spreads: &readspread.Spreads{Offset: n * 7919 % readspread.MaxReplicas}}
 }
 
 // storeError wraps err so that errors.Is(err, breaker.ErrStore) holds.
@@ -152,6 +176,11 @@ func (e *breakerEntry) stateSnapshot() breaker.Snapshot {
 // Load implements breaker.Store. A name never written reads as the zero
 // Snapshot. It is billed as one BatchGetItem of the state and override
 // items; if either item's read is throttled, Load fails.
+//
+// As the dynamo store's, a Client whose read was throttled reads the read
+// replicas "c#<name>#r#<i>" for a while (internal/readspread): one
+// BatchGetItem of the replica, plus, when it is missing or stale, the
+// items' and one conditional UpdateItem writing the replica.
 func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot, error) {
 	s.reads.Add(1)
 	if err := s.begin(ctx, OpLoad, name); err != nil {
@@ -160,19 +189,66 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.breakers[name]
-	if s.opts.Meter != nil {
-		now := s.opts.now()
-		// DynamoDB reads the two items independently: a throttled one
-		// comes back unprocessed and the other is read (and billed).
-		errState := s.opts.read(layout.StateKey(name), now, e.stateSize(name))
-		errOverride := s.opts.read(layout.OverrideKey(name), now, e.overrideSize(name))
-		if err := errors.Join(errState, errOverride); err != nil {
+	if s.opts.Meter == nil {
+		snap := e.snapshot()
+		s.hints.For(name).Learn(&snap.Buckets)
+		return snap, nil
+	}
+	now := s.opts.now()
+	sp := s.spreads.For(name)
+	i := sp.Pick(now)
+	var rk string
+	var rc *replicaCopy
+	if i >= 0 {
+		rk = layout.ReplicaKey(name, i)
+		rc = s.replicas[rk]
+		if err := s.opts.read(rk, now, rc.sizeOrZero()); err != nil {
+			if errors.Is(err, budget.ErrThrottled) {
+				sp.Throttled(now)
+			}
 			return breaker.Snapshot{}, storeError(OpLoad, name, err)
 		}
+		if rc != nil && sp.Fresh(rc.snap.Epoch, rc.copiedAt, now) {
+			sp.Saw(rc.snap.Epoch)
+			snap := rc.snap
+			s.hints.For(name).Learn(&snap.Buckets)
+			return snap, nil
+		}
+	}
+	// DynamoDB reads the two items independently: a throttled one
+	// comes back unprocessed and the other is read (and billed).
+	errState := s.opts.read(layout.StateKey(name), now, e.stateSize(name))
+	errOverride := s.opts.read(layout.OverrideKey(name), now, e.overrideSize(name))
+	if err := errors.Join(errState, errOverride); err != nil {
+		if errors.Is(err, budget.ErrThrottled) {
+			sp.Throttled(now)
+		}
+		return breaker.Snapshot{}, storeError(OpLoad, name, err)
 	}
 	snap := e.snapshot()
 	s.hints.For(name).Learn(&snap.Buckets)
+	sp.Read(snap.Epoch)
+	if i >= 0 && ctx.Err() == nil {
+		// The conditional write of the copy: refused (and billed on the
+		// replica as it stands) when a copy dated now or later is there.
+		size := replicaItemSize(rk, name, e, now)
+		if rc != nil && !rc.copiedAt.Before(now) {
+			_ = s.opts.write(rk, now, rc.size, rc.size)
+		} else if err := s.opts.write(rk, now, rc.sizeOrZero(), size); errors.Is(err, budget.ErrThrottled) {
+			sp.Throttled(now)
+		} else if err == nil {
+			s.replicas[rk] = &replicaCopy{snap: snap, copiedAt: now, size: size}
+		}
+	}
 	return snap, nil
+}
+
+// sizeOrZero is the replica's size, 0 for none.
+func (rc *replicaCopy) sizeOrZero() int {
+	if rc == nil {
+		return 0
+	}
+	return rc.size
 }
 
 // Report implements breaker.Store. r.Bucket must be in [1, maxBucket]

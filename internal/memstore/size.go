@@ -87,3 +87,26 @@ func addExpires(it *capacity.Item, exp time.Time) {
 		it.Int(layout.AttrExpires, layout.TTLSeconds(exp.UnixMilli()))
 	}
 }
+
+// replicaItemSize is a read replica copied at now from e's state and
+// override items: pk, copied_at, expires (a day later), and the two items'
+// attributes but their pk and expires. e may be nil (neither item exists).
+func replicaItemSize(key, name string, e *breakerEntry, now time.Time) int {
+	var it capacity.Item
+	it.String(layout.AttrPK, key).Int(layout.AttrCopiedAt, now.UnixMilli())
+	addExpires(&it, now.Add(layout.CleanupGrace))
+	size := it.Size()
+	if st := e.stateSize(name); st > 0 {
+		var pk capacity.Item
+		size += st - pk.String(layout.AttrPK, layout.StateKey(name)).Size()
+	}
+	if e != nil && e.overrideSet {
+		var ov capacity.Item
+		ov.String(layout.AttrOverride, e.override.String())
+		if e.override != breaker.NoOverride && !e.overrideUntil.IsZero() {
+			ov.Int(layout.AttrUntil, e.overrideUntil.UnixMilli())
+		}
+		size += ov.Size()
+	}
+	return size
+}

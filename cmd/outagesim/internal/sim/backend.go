@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/herdguard/herdguard/breaker"
@@ -15,6 +16,10 @@ import (
 type Stores struct {
 	Budget  budget.Store
 	Breaker breaker.Store
+	// BreakerFor, if not nil, returns the store an environment uses for
+	// the breaker's items: one of its own over the same items, as each
+	// environment has a dynamo store of its own. Nil means Breaker.
+	BreakerFor func() breaker.Store
 	// Usage returns the store calls made so far through these stores.
 	Usage func() StoreUsage
 	// Capacity, if not nil, returns what DynamoDB's capacity model billed
@@ -46,14 +51,45 @@ func (MemoryBackend) Stores(_ context.Context, now func() time.Time) (Stores, er
 	opts := memstore.Options{Now: now, Meter: meter}
 	bs := memstore.NewBudgetStore(opts)
 	cs := memstore.NewBreakerStore(opts)
+	clients := new(breakerClients)
 	return Stores{
 		Budget:  bs,
 		Breaker: cs,
+		BreakerFor: func() breaker.Store {
+			c := cs.Client()
+			clients.add(c)
+			return c
+		},
 		Usage: func() StoreUsage {
-			return StoreUsage{Reads: bs.Reads() + cs.Reads(), Writes: bs.Writes() + cs.Writes()}
+			r, w := clients.counts()
+			return StoreUsage{Reads: bs.Reads() + cs.Reads() + r, Writes: bs.Writes() + cs.Writes() + w}
 		},
 		Capacity: func() CapacityUse { return capacityUse(meter.Stats()) },
 	}, nil
+}
+
+// breakerClients are the environments' Clients of one breaker store, for
+// their call counts.
+type breakerClients struct {
+	mu sync.Mutex
+	cs []*memstore.BreakerStore
+}
+
+func (c *breakerClients) add(s *memstore.BreakerStore) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cs = append(c.cs, s)
+}
+
+// counts returns the Clients' reads and writes so far.
+func (c *breakerClients) counts() (reads, writes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.cs {
+		reads += s.Reads()
+		writes += s.Writes()
+	}
+	return reads, writes
 }
 
 // Close does nothing.

@@ -265,6 +265,9 @@ func newGlobalStrategy(ctx context.Context, d Deps, kind breakerKind) (Strategy,
 			}
 			s := bset
 			s.Store = stores.Breaker
+			if stores.BreakerFor != nil {
+				s.Store = stores.BreakerFor()
+			}
 			s.StoreTimeout = c.StoreTimeout
 			s.Rand = spec.Rand
 			if kind == adaptive {
