@@ -39,7 +39,7 @@ var Scenarios = []Scenario{
 	{Name: "lambda-scale-out-partial", Table: TableFleet, Args: "-fleet lambda -scale-out -outage partial"},
 	{Name: "lambda-10k-major", Table: TableScale, Args: "-fleet lambda -envs 10000 -rate 10000 -capacity 15000 -outage major -strategies global,global-breaker,global-adaptive"},
 	{Name: "lambda-10k-partial", Table: TableScale, Args: "-fleet lambda -envs 10000 -rate 10000 -capacity 15000 -outage partial -strategies global,global-breaker,global-adaptive"},
-	{Name: "lambda-100k-major", Table: TableScale, Args: "-fleet lambda -envs 100000 -rate 100000 -capacity 150000 -outage major -strategies global", Seeds: 1},
+	{Name: "lambda-100k-major", Table: TableScale, Args: "-fleet lambda -envs 100000 -rate 100000 -capacity 150000 -outage major -strategies global,global-breaker", Seeds: 1},
 }
 
 // QuickArgs shorten a scenario under -quick: fewer environments and calls,
