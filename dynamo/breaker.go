@@ -253,7 +253,8 @@ var replicaAttrs = func() []string {
 
 // writeReplica writes replica i of name as a copy, dated now, of the state
 // and override items read (items[0] and items[1], nil when missing), unless
-// the replica holds a copy dated now or later. A refusal is no error.
+// the replica holds a copy it may not replace (readspread.Replaces). A
+// refusal is no error.
 func (s *BreakerStore) writeReplica(ctx context.Context, name string, i int, items []map[string]types.AttributeValue, now time.Time) error {
 	expr, err := replicaExpression(items, now)
 	if err != nil {
@@ -285,8 +286,11 @@ func replicaExpression(items []map[string]types.AttributeValue, now time.Time) (
 			upd = upd.Remove(expression.Name(a))
 		}
 	}
-	cond := expression.AttributeNotExists(expression.Name(layout.AttrCopiedAt)).
-		Or(expression.Name(layout.AttrCopiedAt).LessThan(expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatInt(at, 10)})))
+	// The condition is readspread.Replaces.
+	copied := expression.Name(layout.AttrCopiedAt)
+	cond := expression.AttributeNotExists(copied).
+		Or(copied.LessThan(expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatInt(at, 10)}))).
+		Or(copied.GreaterThan(expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(readspread.MaxAge).UnixMilli(), 10)})))
 	return expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
 }
 

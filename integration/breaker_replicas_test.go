@@ -166,6 +166,57 @@ func TestBreakerReadReplicas(t *testing.T) {
 		t.Errorf("from the replica: state %v, override %v; want closed, %v", snap.State, snap.Override, breaker.ForcedOpen)
 	}
 
+	// Every slot of counts is copied: another store reports, a round of
+	// read-throughs copies the counts into every replica, and a fresh one
+	// answers them as the state item holds them.
+	for i := range breaker.FleetSlots {
+		r := breaker.Report{Epoch: 3, Bucket: t0.UnixMilli()/1000 + int64(i), Requests: 40 + int64(i), Successes: 30, Failures: 10 + int64(i), Samples: 10}
+		if _, err := b.Report(callContext(t), name, r); err != nil {
+			t.Fatalf("Report: %v", err)
+		}
+	}
+	want, err := b.Load(callContext(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	round := 2*readspread.MaxAge + 400*time.Millisecond
+	at(round)
+	for i := range readspread.MinReplicas {
+		load("third round", 3, readThrough((3+i)%readspread.MinReplicas)...)
+	}
+	at(round + 100*time.Millisecond)
+	if snap := load("a replica with every slot", 3, "BatchGetItem "+replica(3)); snap.Buckets != want.Buckets || snap.Override != breaker.ForcedOpen {
+		t.Errorf("from the replica: buckets %+v, override %v; want %+v, %v", snap.Buckets, snap.Override, want.Buckets, breaker.ForcedOpen)
+	}
+
+	// A replica dated ahead by a clock running fast answers nobody and is
+	// replaced: store c, 10 s ahead, rewrites replica 0 (to it, copied 10 s
+	// ago), and a has it read through again.
+	var cnow atomic.Int64
+	cnow.Store(t0.Add(round + 10*time.Second).UnixMilli())
+	c, err := dynamo.NewBreakerStore(api, table, dynamo.StoreOptions{Now: func() time.Time { return time.UnixMilli(cnow.Load()) }, Rand: func() float64 { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.on.Store(true)
+	if _, err := c.Load(callContext(t), name); !errors.Is(err, budget.ErrThrottled) {
+		t.Fatalf("throttled Load of store c: %v", err)
+	}
+	api.on.Store(false)
+	if _, err := c.Load(callContext(t), name); err != nil {
+		t.Fatalf("store c: %v", err)
+	}
+	if got := getItem(t, client, table, replica(0))[layout.AttrCopiedAt]; got.(*types.AttributeValueMemberN).Value != formatMilli(time.UnixMilli(cnow.Load())) {
+		t.Fatalf("store c did not rewrite replica 0: copied_at %v", got)
+	}
+	for i := 4; i < readspread.MinReplicas; i++ {
+		load("fresh replicas", 3, "BatchGetItem "+replica(i))
+	}
+	load("a replica dated ahead", 3, readThrough(0)...)
+	if got := getItem(t, client, table, replica(0))[layout.AttrCopiedAt]; got.(*types.AttributeValueMemberN).Value != formatMilli(clock()) {
+		t.Errorf("replica 0 dated ahead was not replaced: copied_at %v, want %s", got, formatMilli(clock()))
+	}
+
 	at(readspread.Hold + time.Second)
 	load("after the spread lapsed", 3, items)
 

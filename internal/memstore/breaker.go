@@ -230,9 +230,9 @@ func (s *BreakerStore) Load(ctx context.Context, name string) (breaker.Snapshot,
 	sp.Read(snap.Epoch)
 	if i >= 0 && ctx.Err() == nil {
 		// The conditional write of the copy: refused (and billed on the
-		// replica as it stands) when a copy dated now or later is there.
+		// replica as it stands) when the copy there may stay.
 		size := replicaItemSize(rk, name, e, now)
-		if rc != nil && !rc.copiedAt.Before(now) {
+		if rc != nil && !readspread.Replaces(rc.copiedAt, now) {
 			_ = s.opts.write(rk, now, rc.size, rc.size)
 		} else if err := s.opts.write(rk, now, rc.sizeOrZero(), size); errors.Is(err, budget.ErrThrottled) {
 			sp.Throttled(now)

@@ -131,12 +131,19 @@ func (s *Spread) Read(epoch uint64) {
 }
 
 // Fresh reports whether a replica of epoch, copied at copiedAt, may answer
-// a Load at now: it is at most MaxAge old (a copy dated ahead of now, by
-// another environment's clock, counts as new) and holds no older epoch
-// than the store has seen, so that a store never reads its own writes
-// undone.
+// a Load at now: it is dated within MaxAge of now (either way: another
+// environment's clock dated it) and holds no older epoch than the store has
+// seen, so that a store never reads its own writes undone.
 func (s *Spread) Fresh(epoch uint64, copiedAt, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return epoch >= s.epoch && now.Sub(copiedAt) <= MaxAge
+	d := now.Sub(copiedAt)
+	return epoch >= s.epoch && d <= MaxAge && d >= -MaxAge
+}
+
+// Replaces reports whether a copy dated now may replace one dated
+// copiedAt: one dated earlier, or so far ahead (more than MaxAge) that
+// only a clock running fast can have dated it.
+func Replaces(copiedAt, now time.Time) bool {
+	return copiedAt.Before(now) || copiedAt.After(now.Add(MaxAge))
 }

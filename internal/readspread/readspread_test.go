@@ -71,7 +71,8 @@ func TestFresh(t *testing.T) {
 		{"older than MaxAge", 5, t0.Add(-MaxAge - time.Millisecond), false},
 		{"copy of an older epoch than seen", 4, t0, false},
 		{"copy of a later epoch", 6, t0, true},
-		{"dated ahead by another clock", 5, t0.Add(time.Second), true},
+		{"dated MaxAge ahead by another clock", 5, t0.Add(MaxAge), true},
+		{"dated further ahead", 5, t0.Add(MaxAge + time.Millisecond), false},
 	} {
 		if got := s.Fresh(c.epoch, c.copied, t0); got != c.want {
 			t.Errorf("%s: Fresh = %v, want %v", c.name, got, c.want)
@@ -84,5 +85,22 @@ func TestFresh(t *testing.T) {
 	s.Read(2)
 	if !s.Fresh(2, t0, t0) {
 		t.Error("after reading epoch 2 from the table itself, a copy of epoch 2 is not fresh")
+	}
+}
+
+func TestReplaces(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		copied time.Time
+		want   bool
+	}{
+		{"an older copy", t0.Add(-time.Millisecond), true},
+		{"a copy dated now", t0, false},
+		{"a copy dated ahead within MaxAge", t0.Add(MaxAge), false},
+		{"a copy dated further ahead (a fast clock)", t0.Add(MaxAge + time.Millisecond), true},
+	} {
+		if got := Replaces(c.copied, t0); got != c.want {
+			t.Errorf("%s: Replaces = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
