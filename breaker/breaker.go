@@ -156,6 +156,10 @@ type Breaker struct {
 	// while this environment samples, askCur their number so far, askPrev
 	// that of the bucket before (see countsEveryCallLocked).
 	askBucket, askCur, askPrev int64
+	// thin raises the sampling factor after this environment's Reports
+	// were throttled, until thinUntil (see thinGrowth).
+	thin      int64
+	thinUntil time.Time
 }
 
 // fleetSchedule is, for one open or half-open fleet epoch, when this

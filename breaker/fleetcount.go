@@ -31,6 +31,19 @@ const (
 	// watch. A thousand environments failing at once then send about 250
 	// reports in that second, not 1,000.
 	initialSampling = 4
+	// thinGrowth, maxThin and thinHold size the thinning of an
+	// environment's sampling after a Report of its was throttled: a fleet
+	// so large that a watch's first second sends more reports than the
+	// state item can write (about 1,000 environments failing at once per
+	// 1,000 write units) has many refused, and the reports that land are
+	// the early ones of each second, which against a first-come,
+	// first-served partner are its successes. Each refused environment
+	// samples at most one call in initialSampling × thin, thin growing
+	// thinGrowth times per refusal up to maxThin, until thinHold passes
+	// without one.
+	thinGrowth = 8
+	maxThin    = 128
+	thinHold   = 10 * time.Minute
 	// tripZ is how many standard errors above FailureRatio the fleet's
 	// estimated failure ratio must be to trip: the estimate comes from a
 	// sample, and without the margin a fleet failing 30% of calls would
@@ -452,7 +465,8 @@ func (b *Breaker) pendStartLocked(now time.Time) {
 // (environments that report together): the span is never shorter than
 // the report interval, nor longer than the complete buckets. While the watch is
 // young the rate comes out low (k smaller: more samples, never fewer). k
-// is initialSampling while no complete bucket has counts.
+// is initialSampling while no complete bucket has counts. After a
+// throttled Report, k is at least initialSampling × thin (see thinGrowth).
 func (b *Breaker) samplingFactorLocked(now time.Time) int64 {
 	cur := b.bucketOf(now)
 	var req int64
@@ -463,12 +477,16 @@ func (b *Breaker) samplingFactorLocked(now time.Time) int64 {
 			oldest = min(oldest, bk.Num)
 		}
 	}
+	floor := int64(1)
+	if b.thin > 1 && now.Before(b.thinUntil) {
+		floor = initialSampling * b.thin
+	}
 	if req <= 0 {
-		return initialSampling
+		return max(initialSampling, floor)
 	}
 	bucket := b.s.Window / FleetSlots
 	span := min(max(time.Duration(cur-oldest)*bucket, b.s.ReportInterval), (FleetSlots-1)*bucket)
-	return max(1, int64(math.Ceil(float64(req)/span.Seconds()/targetSamplesPerSecond)))
+	return max(floor, int64(math.Ceil(float64(req)/span.Seconds()/targetSamplesPerSecond)))
 }
 
 // accountFleetLocked counts the outcome of a call admitted while the fleet
@@ -686,6 +704,22 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 		b.followConflictLocked(j.now, j.epoch, snap)
 	case ctx.Err() != nil:
 		// The caller's context ended, not the store.
+	case errors.Is(err, ErrThrottled):
+		// Nothing was applied and the store still answers: stay on the
+		// fleet, keep the counts for the next report (in the bucket of
+		// that one), and sample fewer calls.
+		if !j.now.Before(b.thinUntil) {
+			b.thin = 1
+		}
+		b.thin, b.thinUntil = min(max(b.thin, 1)*thinGrowth, maxThin), j.now.Add(thinHold)
+		if r := j.report; b.gen == j.gen && b.snap.Epoch == r.Epoch {
+			back := pending{requests: r.Requests, successes: r.Successes, failures: r.Failures, samples: r.Samples, sawFailure: !r.WatchUntil.IsZero()}
+			if !back.empty() {
+				back.first = r.Bucket
+			}
+			b.pend.merge(back)
+		}
+		fault = storeError(storeOpReport, err)
 	default:
 		fault = b.faultLocked(j.now, storeOpReport, err)
 		// Now on the local state machine: trip on this environment's own

@@ -31,8 +31,10 @@ type swapStore struct {
 
 	loads, reports, transitions, acquires atomic.Int64
 	// loseReports is the number of Reports still to apply and then answer
-	// with ErrStore; failReports the number still to fail without applying.
-	loseReports, failReports atomic.Int64
+	// with ErrStore; failReports the number still to fail without applying;
+	// throttleReports the number still to refuse as throttled (ErrStore and
+	// ErrThrottled, nothing applied).
+	loseReports, failReports, throttleReports atomic.Int64
 	// down makes every call fail before reaching the inner store.
 	down atomic.Bool
 }
@@ -94,6 +96,10 @@ func (s *swapStore) Report(ctx context.Context, name string, r breaker.Report) (
 	if s.failReports.Load() > 0 {
 		s.failReports.Add(-1)
 		return breaker.Snapshot{}, fmt.Errorf("%w: report: %w", breaker.ErrStore, errSwapInjected)
+	}
+	if s.throttleReports.Load() > 0 {
+		s.throttleReports.Add(-1)
+		return breaker.Snapshot{}, fmt.Errorf("%w: report: %w: %w", breaker.ErrStore, breaker.ErrThrottled, errSwapInjected)
 	}
 	snap, err := s.store().Report(ctx, name, r)
 	if err == nil {
@@ -528,5 +534,35 @@ func TestSharedLostReportAnswerIsNotCountedTwice(t *testing.T) {
 				t.Fatalf("fleet counts hold %d successes, %d failures; want %d and %d (×4)", succ, fail, c.wantSucc, c.wantF)
 			}
 		})
+	}
+}
+
+// TestSharedThrottledReportKeepsItsCounts: a Report the store refused as
+// throttled applied nothing, so its counts go with the next report, the
+// environment stays on the fleet (the calls after it are sampled, as
+// they are not on the local state machine a fault leads to), and it
+// samples fewer calls from then on.
+func TestSharedThrottledReportKeepsItsCounts(t *testing.T) {
+	store := newSwapStore()
+	a := newEnv(t, store, "a", func(s *breaker.Settings) {
+		s.MinRequests = 1000
+		s.CacheTTL = 100 * time.Millisecond
+		s.ReportInterval = time.Millisecond
+	})
+	calls(t, a.Breaker, t0.Add(-time.Second), breaker.Failure, 1) // the alarm: the fleet watches
+	wantState(t, a.Breaker, t0, breaker.Closed)
+	store.throttleReports.Store(1)
+	calls(t, a.Breaker, t0, breaker.Success, 3)
+	calls(t, a.Breaker, t0, breaker.Failure, 1)
+	if op, err := a.errs.last(t); op != "report" || !errors.Is(err, breaker.ErrThrottled) {
+		t.Fatalf("OnStoreError got %q, %v; want the throttled report", op, err)
+	}
+	if err := a.Flush(ctx, t0.Add(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	// Every call was sampled (Rand is 0): the first, refused, at weight
+	// initialSampling (4), the three after it at 4 × thinGrowth (8).
+	if succ, fail := store.appliedTotal(); succ != 4+2*32 || fail != 32 {
+		t.Fatalf("fleet counts hold %d successes, %d failures; want %d and %d", succ, fail, 4+2*32, 32)
 	}
 }

@@ -227,6 +227,13 @@ var (
 	// ErrStore wraps every error of a breaker Store that is not one of the
 	// domain errors above: timeouts, throttling, malformed items.
 	ErrStore = errors.New("herdguard: breaker store failed")
+
+	// ErrThrottled marks, beside ErrStore, a Store request the database
+	// refused for lack of capacity (DynamoDB's throttling), so that nothing
+	// was applied. A Report so refused keeps its counts for this
+	// environment's next one and does not send it to its local state
+	// machine; any other Report fault drops them.
+	ErrThrottled = errors.New("herdguard: breaker store throttled")
 )
 
 // OpenError is a call rejected by an open breaker.

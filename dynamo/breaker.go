@@ -187,7 +187,7 @@ func (s *BreakerStore) batchGet(ctx context.Context, keys ...string) ([]map[stri
 	}
 	if n := len(out.UnprocessedKeys[s.table].Keys); n > 0 {
 		s.counters.throttled.Add(1)
-		return nil, fmt.Errorf("BatchGetItem left %d of %d keys unprocessed: %w", n, len(keys), budget.ErrThrottled)
+		return nil, fmt.Errorf("BatchGetItem left %d of %d keys unprocessed: %w: %w", n, len(keys), budget.ErrThrottled, breaker.ErrThrottled)
 	}
 	items := make([]map[string]types.AttributeValue, len(keys))
 	for _, attrs := range out.Responses[s.table] {

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 )
 
@@ -170,7 +171,7 @@ func markThrottled(err error) error {
 	}
 	switch ae.ErrorCode() {
 	case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded":
-		return fmt.Errorf("%w: %w", budget.ErrThrottled, err)
+		return fmt.Errorf("%w: %w: %w", budget.ErrThrottled, breaker.ErrThrottled, err)
 	}
 	return err
 }

@@ -64,8 +64,8 @@ func TestThrottlingIsErrThrottled(t *testing.T) {
 			errOverride := cs.SetOverride(ctx, "p", breaker.ForcedOpen, time.Time{})
 			for op, err := range map[string]error{"Apply": errApply, "Load": errLoad, "Report": errReport,
 				"Transition": errTransition, "AcquireProbe": errProbe, "SetOverride": errOverride} {
-				if got := errors.Is(err, budget.ErrThrottled); got != c.throttled {
-					t.Errorf("%s: errors.Is(%v, budget.ErrThrottled) = %v, want %v", op, err, got, c.throttled)
+				if got := errors.Is(err, budget.ErrThrottled) && errors.Is(err, breaker.ErrThrottled); got != c.throttled {
+					t.Errorf("%s: errors.Is(%v, budget.ErrThrottled and breaker.ErrThrottled) = %v, want %v", op, err, got, c.throttled)
 				}
 				if !errors.Is(err, c.err) {
 					t.Errorf("%s: %v does not wrap the SDK's error", op, err)
@@ -99,7 +99,7 @@ func TestLoadUnprocessedIsErrThrottled(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = cs.Load(context.Background(), "p")
-	if !errors.Is(err, budget.ErrThrottled) || !errors.Is(err, breaker.ErrStore) {
+	if !errors.Is(err, budget.ErrThrottled) || !errors.Is(err, breaker.ErrThrottled) || !errors.Is(err, breaker.ErrStore) {
 		t.Fatalf("Load with an unprocessed key: %v; want ErrThrottled and ErrStore", err)
 	}
 }

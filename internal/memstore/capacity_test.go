@@ -296,8 +296,8 @@ func TestThrottleHotItemAtTheLimits(t *testing.T) {
 		if loads != 2*capacity.ItemReadUnitsPerSecond {
 			t.Fatalf("%d Loads in one second before %v; want %d", loads, err, 2*capacity.ItemReadUnitsPerSecond)
 		}
-		if !errors.Is(err, budget.ErrThrottled) || !errors.Is(err, breaker.ErrStore) {
-			t.Fatalf("Load past the limit: %v; want budget.ErrThrottled and breaker.ErrStore", err)
+		if !errors.Is(err, budget.ErrThrottled) || !errors.Is(err, breaker.ErrThrottled) || !errors.Is(err, breaker.ErrStore) {
+			t.Fatalf("Load past the limit: %v; want budget.ErrThrottled, breaker.ErrThrottled and breaker.ErrStore", err)
 		}
 		if _, err := s.Load(ctx, "cold"); err != nil {
 			t.Fatalf("another breaker in the hot second: %v", err)

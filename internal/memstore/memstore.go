@@ -70,6 +70,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/internal/capacity"
 )
@@ -170,7 +171,7 @@ func (o *Options) read(key string, now time.Time, size int) error {
 // errors.Is(err, budget.ErrThrottled), as the dynamo stores' throttles do.
 func meterError(err error) error {
 	if errors.Is(err, capacity.ErrThrottled) {
-		return fmt.Errorf("%w: %w", budget.ErrThrottled, err)
+		return fmt.Errorf("%w: %w: %w", budget.ErrThrottled, breaker.ErrThrottled, err)
 	}
 	return err
 }
