@@ -12,8 +12,9 @@ import (
 // Implementations are safe for concurrent use, honour ctx (a Breaker gives
 // each call a short timeout of its own), never hold a lock across network
 // I/O, and return errors satisfying errors.Is(err, ErrStore) for every
-// fault that is not a domain answer (ErrConflict, ErrProbeDenied). A Store
-// never panics on malformed data: it returns ErrStore.
+// fault that is not a domain answer (ErrConflict, ErrProbeDenied), and
+// also ErrThrottled for a request refused for capacity, nothing applied. A
+// Store never panics on malformed data: it returns ErrStore.
 //
 // Package local has an in-memory Store (for tests and one-process fleets);
 // package dynamo has a DynamoDB one; package breakertest is the conformance
