@@ -10,7 +10,8 @@ import (
 // docs/ARCHITECTURE.md draws it: the root package herdguard (ConfigError)
 // imports nothing of the module; retry → budget, breaker; local, dynamo →
 // budget, breaker (local through internal/memstore and internal/ratio,
-// dynamo sharing internal/layout and internal/slothint with memstore);
+// dynamo sharing internal/layout, internal/slothint and internal/readspread
+// with memstore);
 // fleet on top of them all; and the AWS SDK only in dynamo, fleet (through
 // dynamo), integration, cmd and examples. Packages under internal/ count by
 // their first two path elements; the root counts as "herdguard".
@@ -26,12 +27,13 @@ func TestImportRules(t *testing.T) {
 		"budget":               {"herdguard", "budget", "internal/names", "internal/storecall"},
 		"breaker":              {"herdguard", "budget", "breaker", "internal/names", "internal/storecall"},
 		"local":                {"herdguard", "budget", "breaker", "internal/memstore", "internal/ratio"},
-		"dynamo":               {"herdguard", "budget", "breaker", "internal/layout", "internal/slothint", "internal/names"},
+		"dynamo":               {"herdguard", "budget", "breaker", "internal/layout", "internal/slothint", "internal/readspread", "internal/names"},
 		"retry":                {"herdguard", "budget", "breaker", "internal/layers", "internal/ratio", "internal/hint", "internal/sleep"},
 		"fleet":                {"herdguard", "budget", "breaker", "local", "dynamo", "retry", "internal/names", "internal/ratio"},
-		"internal/memstore":    {"budget", "breaker", "internal/capacity", "internal/layout", "internal/slothint", "internal/names"},
+		"internal/memstore":    {"budget", "breaker", "internal/capacity", "internal/layout", "internal/slothint", "internal/readspread", "internal/names"},
 		"internal/layout":      {"breaker"},
 		"internal/slothint":    {"breaker"},
+		"internal/readspread":  {},
 		"internal/capacity":    {},
 		"internal/names":       {},
 		"internal/hint":        {},
