@@ -719,6 +719,11 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 			}
 			b.pend.merge(back)
 		}
+		// As on the local state machine, the store is tried again a
+		// CacheTTL later, not sooner: neither the next report nor a
+		// Load before then.
+		b.lastReport = later(b.lastReport, j.now.Add(b.s.CacheTTL-b.s.ReportInterval))
+		b.staleAt.Store(max(b.staleAt.Load(), j.now.Add(b.s.CacheTTL).UnixNano()))
 		fault = storeError(storeOpReport, err)
 	default:
 		fault = b.faultLocked(j.now, storeOpReport, err)

@@ -540,8 +540,8 @@ func TestSharedLostReportAnswerIsNotCountedTwice(t *testing.T) {
 // TestSharedThrottledReportKeepsItsCounts: a Report the store refused as
 // throttled applied nothing, so its counts go with the next report, the
 // environment stays on the fleet (the calls after it are sampled, as
-// they are not on the local state machine a fault leads to), and it
-// samples fewer calls from then on.
+// they are not on the local state machine a fault leads to), tries the
+// store again a CacheTTL later, and samples fewer calls from then on.
 func TestSharedThrottledReportKeepsItsCounts(t *testing.T) {
 	store := newSwapStore()
 	a := newEnv(t, store, "a", func(s *breaker.Settings) {
@@ -557,7 +557,14 @@ func TestSharedThrottledReportKeepsItsCounts(t *testing.T) {
 	if op, err := a.errs.last(t); op != "report" || !errors.Is(err, breaker.ErrThrottled) {
 		t.Fatalf("OnStoreError got %q, %v; want the throttled report", op, err)
 	}
-	if err := a.Flush(ctx, t0.Add(time.Millisecond)); err != nil {
+	// The store is tried again a CacheTTL later, not sooner.
+	if err := a.Flush(ctx, t0.Add(50*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.reports.Load(); n != 2 { // the alarm, the throttled report
+		t.Fatalf("%d Reports before a CacheTTL had passed since the throttled one, want 2", n)
+	}
+	if err := a.Flush(ctx, t0.Add(100*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	// Every call was sampled (Rand is 0): the first, refused, at weight
