@@ -34,8 +34,8 @@ const (
 	// thinGrowth, maxThin and thinHold size the thinning of an
 	// environment's sampling after a Report of its was throttled: a fleet
 	// so large that a watch's first second sends more reports than the
-	// state item can write (about 1,000 environments failing at once per
-	// 1,000 write units) has many refused, and the reports that land are
+	// state item can write (about 4,000 environments failing at once,
+	// one call in initialSampling sampled) has many refused, and the reports that land are
 	// the early ones of each second, which against a first-come,
 	// first-served partner are its successes. Each refused environment
 	// samples at most one call in initialSampling × thin, thin growing
@@ -708,10 +708,12 @@ func (b *Breaker) runReport(ctx context.Context, j job) error {
 		// Nothing was applied and the store still answers: stay on the
 		// fleet, keep the counts for the next report (in the bucket of
 		// that one), and sample fewer calls.
-		if !j.now.Before(b.thinUntil) {
-			b.thin = 1
+		if j.now.Before(b.thinUntil) {
+			b.thin = min(b.thin*thinGrowth, maxThin)
+		} else {
+			b.thin = thinGrowth
 		}
-		b.thin, b.thinUntil = min(max(b.thin, 1)*thinGrowth, maxThin), j.now.Add(thinHold)
+		b.thinUntil = j.now.Add(thinHold)
 		if r := j.report; b.gen == j.gen && b.snap.Epoch == r.Epoch {
 			back := pending{requests: r.Requests, successes: r.Successes, failures: r.Failures, samples: r.Samples, sawFailure: !r.WatchUntil.IsZero()}
 			if !back.empty() {

@@ -103,17 +103,6 @@ func (s *Spread) Throttled(now time.Time) {
 	s.until = now.Add(Hold)
 }
 
-// Replicas returns the number of replicas a Load at now would read over (0
-// for the items themselves).
-func (s *Spread) Replicas(now time.Time) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.replicas == 0 || !now.Before(s.until) {
-		return 0
-	}
-	return s.replicas
-}
-
 // Saw records an epoch the store wrote, was answered by a write, or read
 // from a replica, so that a replica of an older one never answers later.
 func (s *Spread) Saw(epoch uint64) {
