@@ -325,6 +325,11 @@ func (b *Breaker) State(now time.Time) State {
 	return st
 }
 
+// Settings returns the Settings b runs with, every zero field filled with
+// its default (a negative Jitter reads as -1, no jitter). Passed to New
+// again they make the same breaker.
+func (b *Breaker) Settings() Settings { return b.s }
+
 // Counts returns the counts of the current generation in the rolling
 // window ending with the latest slot a call was counted in, and the
 // consecutive counts: the failures since the latest success, and the

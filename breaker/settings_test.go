@@ -3,6 +3,7 @@ package breaker_test
 import (
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,31 @@ func TestDefaultsApply(t *testing.T) {
 	_, err := b.Allow(ctx, t0)
 	if oe := mustOpenError(t, err); oe.RetryAfter != defaultOpenDuration {
 		t.Fatalf("RetryAfter = %v", oe.RetryAfter)
+	}
+}
+
+// TestSettingsReportsDefaults: Settings returns what New filled in, and
+// passed to New again makes the same breaker.
+func TestSettingsReportsDefaults(t *testing.T) {
+	got := newBreaker(t, breaker.Settings{}).Settings()
+	want := breaker.Settings{
+		FailureRatio: defaultFailureRatio, MinRequests: defaultMinRequests, Window: defaultWindow,
+		OpenDuration: defaultOpenDuration, MaxOpenDuration: defaultMaxOpenDuration, Jitter: defaultJitter,
+		HalfOpenProbes: defaultHalfOpenProbes, ProbeLease: defaultProbeLease, CacheTTL: defaultCacheTTL,
+		StoreTimeout: 50 * time.Millisecond, ReportInterval: defaultReportInterval,
+	}
+	if got.Rand != nil || got.Store != nil || got.OnStoreError != nil || got.OnStateChange != nil {
+		t.Errorf("Settings() filled a function or a store that was not given: %+v", got)
+	}
+	got.Rand, got.Store, got.OnStoreError, got.OnStateChange = nil, nil, nil, nil
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Settings() = %+v\nwant %+v", got, want)
+	}
+	if again := newBreaker(t, breaker.Settings{Jitter: -0.5, OpenDuration: time.Minute}).Settings(); again.Jitter != -1 || again.OpenDuration != time.Minute {
+		t.Errorf("Settings() = Jitter %v, OpenDuration %v; want -1 (none) and 1m0s", again.Jitter, again.OpenDuration)
+	}
+	if s := newBreaker(t, newBreaker(t, breaker.Settings{Jitter: -1}).Settings()).Settings(); s.Jitter != -1 {
+		t.Errorf("New(b.Settings()) has Jitter %v; want -1 (none)", s.Jitter)
 	}
 }
 

@@ -17,8 +17,8 @@ import (
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
+	"github.com/herdguard/herdguard/integration/internal/faultproxy"
 	"github.com/herdguard/herdguard/internal/capacity"
-	"github.com/herdguard/herdguard/internal/faultproxy"
 	"github.com/herdguard/herdguard/internal/layout"
 	"github.com/herdguard/herdguard/internal/memstore"
 )

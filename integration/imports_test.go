@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -43,7 +44,6 @@ func TestImportRules(t *testing.T) {
 		"internal/storecall":   {},
 		"internal/budgetcheck": {"budget"},
 		"internal/layers":      {"budget"},
-		"internal/faultproxy":  {"internal/capacity"},
 		"internal/ratio":       {"herdguard", "budget"},
 	}
 	awsFree := map[string]bool{"herdguard": true, "budget": true, "breaker": true, "local": true, "retry": true}
@@ -85,6 +85,41 @@ func TestImportRules(t *testing.T) {
 		if !seen[want] {
 			t.Errorf("go list did not list %s: the rules check nothing there", want)
 		}
+	}
+}
+
+// TestLibraryLeavesTheLab keeps the lab out of the library's module: no
+// package of the root module, nor its tests, imports a package of the
+// nested modules (the simulator and the fleet-shape grid in cmd/outagesim,
+// the fault proxy in integration, the examples, the peer benchmarks, the
+// Lambda adapter). Listed with GOWORK=off, as a user's build sees the
+// module.
+func TestLibraryLeavesTheLab(t *testing.T) {
+	const mod = "github.com/herdguard/herdguard"
+	cmd := exec.Command("go", "list", "-e", "-f", "{{.ImportPath}}:{{join .Imports \" \"}} {{join .TestImports \" \"}} {{join .XTestImports \" \"}}", "./...")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	nested := []string{"cmd", "integration", "examples", "bench", "lambda"}
+	pkgs := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, ":")
+		pkgs++
+		for _, imp := range strings.Fields(imports) {
+			rel, ok := strings.CutPrefix(imp, mod+"/")
+			if !ok {
+				continue
+			}
+			if top, _, _ := strings.Cut(rel, "/"); contains(nested, top) {
+				t.Errorf("%s (or its tests) imports %s, a package of a nested module", pkg, imp)
+			}
+		}
+	}
+	if pkgs < 10 {
+		t.Errorf("go list listed %d packages of the root module:\n%s", pkgs, out)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/herdguard/herdguard/budget"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/internal/faultproxy"
+	"github.com/herdguard/herdguard/integration/internal/faultproxy"
 )
 
 // Bounds the DynamoDB fault tests hold herdguard to. They are what README's

@@ -14,7 +14,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/dynamo"
-	"github.com/herdguard/herdguard/internal/faultproxy"
+	"github.com/herdguard/herdguard/integration/internal/faultproxy"
 )
 
 // relOwnDynamo is a DynamoDB Local that one test may stop and start again:

@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/herdguard/herdguard/internal/fleetsim"
+	"github.com/herdguard/herdguard/cmd/outagesim/internal/fleetsim"
 )
 
 // gridCells returns the fleet-shape grid's cells over seeds: the grid of

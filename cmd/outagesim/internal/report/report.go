@@ -18,8 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/herdguard/herdguard/cmd/outagesim/internal/fleetsim"
 	"github.com/herdguard/herdguard/cmd/outagesim/internal/sim"
-	"github.com/herdguard/herdguard/internal/fleetsim"
 )
 
 // Options are the report's command line.
@@ -442,7 +442,7 @@ var fileIntros = map[string]string{
 		"there DynamoDB's per-item limits (1,000 WCU/s, 3,000 RCU/s) decide what the shared layers can do, so watch the hottest item and the throttled store requests.",
 	"cost.md": "Request units per million calls, as DynamoDB's on-demand pricing bills the requests the stores make (the capacity model of internal/capacity), " +
 		"before the outage (healthy), during it and over the whole run, and their price at the default us-east-1 on-demand prices (outagesim's -price-read, -price-write). Ranges over the seeds.",
-	"grid.md": "The fleet-shape grid of internal/fleetsim (what `HERDGUARD_GRID=full go test -run Grid ./breaker/ ./budget/` runs), in virtual time with the library's defaults, " +
+	"grid.md": "The fleet-shape grid of cmd/outagesim/internal/fleetsim (what `HERDGUARD_GRID=full go test -run Grid ./cmd/outagesim/internal/fleetsim/` runs), in virtual time with the library's defaults, " +
 		"a row per cell, ranges over the seeds.",
 	"bench.md": "The healthy path of herdguard's Executor beside sony/gobreaker and failsafe-go (the bench/ module).",
 }

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/herdguard/herdguard/internal/fleetsim"
+	"github.com/herdguard/herdguard/cmd/outagesim/internal/fleetsim"
 )
 
 // The in-process engine (-partner inproc): the same fleet, partner,

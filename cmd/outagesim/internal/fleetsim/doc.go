@@ -2,8 +2,11 @@
 // partner through the real library (retry.Executor, local budgets,
 // budget.Global, breaker.Breaker over shared in-memory stores) in virtual
 // time: deterministic for a seed, with no real sleeps and no HTTP. It is an
-// instrument for tests, the fleet-shape grid and cmd/outagesim's in-process
-// mode, not public API.
+// instrument of the lab (this module), not public API: the fleet-shape
+// grid, cmd/outagesim's in-process mode, and, in its tests, the breaker's
+// and the budget's Lambda-shaped tests (adaptive throttling in an outage,
+// the grid's acceptance, the budget's spread on a fleet), kept here so that
+// the library's module never imports the lab.
 //
 // # Model
 //

@@ -15,8 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/herdguard/herdguard/integration/internal/faultproxy"
 	"github.com/herdguard/herdguard/internal/capacity"
-	"github.com/herdguard/herdguard/internal/faultproxy"
 )
 
 // itemUpstream answers every UpdateItem with ALL_NEW attributes holding an

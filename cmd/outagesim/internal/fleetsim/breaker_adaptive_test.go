@@ -1,4 +1,4 @@
-package breaker_test
+package fleetsim_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
-	"github.com/herdguard/herdguard/internal/fleetsim"
+	"github.com/herdguard/herdguard/cmd/outagesim/internal/fleetsim"
 )
 
 // outage is cmd/outagesim's default partner: 1,500 calls a second, 300
@@ -113,7 +113,7 @@ const adaptiveLoadBound = 0.43
 // during a major outage is reported against the 0.40 and held to
 // adaptiveLoadBound.
 //
-//	go test -count=1 -run 'TestAdaptiveThrottlingInAnOutage$' -v ./breaker/
+//	go test -count=1 -run 'TestAdaptiveThrottlingInAnOutage$' -v ./cmd/outagesim/internal/fleetsim/
 func TestAdaptiveThrottlingInAnOutage(t *testing.T) {
 	seeds := []uint64{1, 2, 3, 4, 5}
 	if fleetsim.RaceEnabled {
@@ -175,7 +175,7 @@ const adaptiveSmootherFailedBound = 1.25
 // adaptiveSmootherFailedBound × the global ratio's, full traffic within 3 s
 // of recovery, and no call throttled in the partial outage.
 //
-//	go test -count=1 -run 'TestAdaptiveThrottlingSmootherPartner$' -v ./breaker/
+//	go test -count=1 -run 'TestAdaptiveThrottlingSmootherPartner$' -v ./cmd/outagesim/internal/fleetsim/
 func TestAdaptiveThrottlingSmootherPartner(t *testing.T) {
 	seeds := []uint64{1, 2, 3, 4, 5}
 	if fleetsim.RaceEnabled || testing.Short() {
@@ -265,7 +265,7 @@ func TestAdaptiveGridBrownouts(t *testing.T) {
 	if fleetsim.RaceEnabled {
 		envs, calls = fleetsim.RaceGridEnvs, fleetsim.RaceGridCalls
 	}
-	g.Cells = fleetsim.Cells(envs, calls, []float64{0.05, defaultFailureRatio - 0.2}, seeds)
+	g.Cells = fleetsim.Cells(envs, calls, []float64{0.05, breakerDefaults.FailureRatio - 0.2}, seeds)
 	results, err := g.Run()
 	if err != nil {
 		t.Fatal(err)

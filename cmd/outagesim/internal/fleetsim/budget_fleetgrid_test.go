@@ -1,18 +1,18 @@
-package budget_test
+package fleetsim_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/internal/fleetsim"
+	"github.com/herdguard/herdguard/cmd/outagesim/internal/fleetsim"
 )
 
-// TestFleetGrid runs the global ratio alone over the fleet-shape grid
+// TestFleetGridBudget runs the global ratio alone over the fleet-shape grid
 // (issue 9: environments × calls per environment per window × failure
 // ratio × seeds, simulated time, in-memory stores with DynamoDB's capacity
 // model) and prints one row per cell with -v:
 //
-//	go test -count=1 -run 'TestFleetGrid$' -v ./budget/
+//	go test -count=1 -run 'TestFleetGridBudget$' -v ./cmd/outagesim/internal/fleetsim/
 //
 // Under the race detector it runs the reduced grid (fleetsim.GridCells).
 // It asserts the Global's bound in every window of every cell: retries
@@ -21,7 +21,7 @@ import (
 // documented one comes from the DynamoDB client's retries), and that no
 // refusal cost more than one write. The acceptance of issue 11 on the
 // Lambda-shaped cells is TestGlobalLambdaGrid.
-func TestFleetGrid(t *testing.T) {
+func TestFleetGridBudget(t *testing.T) {
 	start := time.Now()
 	results, err := fleetsim.BudgetGrid().Run()
 	if err != nil {

@@ -1,19 +1,19 @@
-package breaker_test
+package fleetsim_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/herdguard/herdguard/internal/fleetsim"
+	"github.com/herdguard/herdguard/cmd/outagesim/internal/fleetsim"
 )
 
-// TestFleetGrid runs the shared breaker, with the global ratio in front
+// TestFleetGridBreaker runs the shared breaker, with the global ratio in front
 // as production runs it, over the fleet-shape grid (issue 9: environments
 // × calls per environment per window × failure ratio × seeds, simulated
 // time, in-memory stores with DynamoDB's capacity model) and prints one
 // row per cell with -v:
 //
-//	go test -count=1 -run 'TestFleetGrid$' -v ./breaker/
+//	go test -count=1 -run 'TestFleetGridBreaker$' -v ./cmd/outagesim/internal/fleetsim/
 //
 // Under the race detector it runs the reduced grid (fleetsim.GridCells).
 // It asserts only what must keep holding whatever the breaker's algorithm:
@@ -23,7 +23,7 @@ import (
 // FailureRatio − 0.2 or below, every environment open within 2 windows at
 // FailureRatio + 0.2 or above, no item past 1,000 WCU/s, healthy reads per
 // call) is for its fix to add, over the same results.
-func TestFleetGrid(t *testing.T) {
+func TestFleetGridBreaker(t *testing.T) {
 	start := time.Now()
 	results, err := fleetsim.BreakerGrid().Run()
 	if err != nil {
@@ -32,7 +32,7 @@ func TestFleetGrid(t *testing.T) {
 	t.Logf("shared breaker over the fleet-shape grid (global ratio + breaker, library defaults):\n%s%s",
 		fleetsim.BreakerTable(fleetsim.Groups(results)), fleetsim.GridFooter(results, time.Since(start)))
 	for _, r := range results {
-		busy := float64(r.Cell.Envs)*r.Cell.CallsPerWindow >= 2*defaultMinRequests
+		busy := float64(r.Cell.Envs)*r.Cell.CallsPerWindow >= 2*float64(breakerDefaults.MinRequests)
 		if r.Cell.FailureRatio == 1 && busy && r.OpenedAfter() == fleetsim.Never {
 			t.Errorf("%v: the fleet never opened in a total outage", r.Cell)
 		}
@@ -58,7 +58,7 @@ func TestFleetGrid(t *testing.T) {
 //   - healthy reads per call are at most 0.1 at 1,000 environments × 1
 //     call/s.
 //
-//     go test -count=1 -run 'TestFleetGridAcceptance$' -v ./breaker/
+//     go test -count=1 -run 'TestFleetGridAcceptance$' -v ./cmd/outagesim/internal/fleetsim/
 func TestFleetGridAcceptance(t *testing.T) {
 	g := fleetsim.BreakerGrid()
 	g.HealthyWindows, g.FailingWindows = 1, 3
@@ -68,7 +68,7 @@ func TestFleetGridAcceptance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("issue 10's acceptance over the grid:\n%s%s", fleetsim.BreakerTable(fleetsim.Groups(results)), fleetsim.GridFooter(results, time.Since(start)))
-	fr := defaultFailureRatio
+	fr := breakerDefaults.FailureRatio
 	for _, r := range results {
 		c := r.Cell
 		switch {
@@ -83,7 +83,7 @@ func TestFleetGridAcceptance(t *testing.T) {
 			// opens within 3 windows (the statistical limit; see the
 			// package documentation).
 			within := 2 * r.Window
-			if float64(c.Envs)*c.CallsPerWindow < 2*float64(defaultMinRequests) {
+			if float64(c.Envs)*c.CallsPerWindow < 2*float64(breakerDefaults.MinRequests) {
 				within = 3 * r.Window
 			}
 			opened := r.OpenedAfter()
@@ -93,7 +93,7 @@ func TestFleetGridAcceptance(t *testing.T) {
 				continue
 			}
 			from := r.FailFrom + within
-			until := r.Breaker.FleetOpen + time.Duration(float64(defaultOpenDuration)*(1-defaultJitter))
+			until := r.Breaker.FleetOpen + time.Duration(float64(breakerDefaults.OpenDuration)*(1-breakerDefaults.Jitter))
 			var slipped int64
 			for i, sec := range r.Seconds {
 				if at := time.Duration(i) * time.Second; at >= from && at+time.Second <= until {

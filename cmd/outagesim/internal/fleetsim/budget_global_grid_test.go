@@ -1,4 +1,4 @@
-package budget_test
+package fleetsim_test
 
 import (
 	"fmt"
@@ -7,15 +7,15 @@ import (
 	"testing"
 
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/cmd/outagesim/internal/fleetsim"
 	"github.com/herdguard/herdguard/internal/capacity"
-	"github.com/herdguard/herdguard/internal/fleetsim"
 )
 
 // TestGlobalLambdaGrid is issue 11's acceptance on the fleet-shape grid
 // (internal/fleetsim: the real Executor and Global in virtual time, shared
 // in-memory stores with DynamoDB's capacity model):
 //
-//	go test -count=1 -run 'TestGlobalLambdaGrid$' -v ./budget/
+//	go test -count=1 -run 'TestGlobalLambdaGrid$' -v ./cmd/outagesim/internal/fleetsim/
 //
 // Cells: E in {50, 200, 1,000} environments, each invoked about once per
 // second (c = 10 calls per window, Poisson, one invocation at a time, Flush
@@ -39,7 +39,7 @@ import (
 // 1 and E <= 200 only.
 func TestGlobalLambdaGrid(t *testing.T) {
 	envs, seeds := []int{50, 200, 1000}, []uint64{1, 2, 3}
-	if raceEnabled {
+	if fleetsim.RaceEnabled {
 		envs, seeds = envs[:2], seeds[:1]
 	}
 	const (
@@ -69,7 +69,7 @@ func TestGlobalLambdaGrid(t *testing.T) {
 
 func checkLambdaCell(t *testing.T, r fleetsim.CellResult, shards int, summary *strings.Builder) {
 	t.Helper()
-	const ratio, floor = defaultGlobalRatio, defaultGlobalFloor
+	ratio, floor := globalDefaults.Ratio, globalDefaults.Floor
 	if w := r.Windows[0]; !w.Healthy || w.Store.BudgetWrites != 0 {
 		t.Errorf("%v: healthy window: healthy %v, %d budget writes", r.Cell, w.Healthy, w.Store.BudgetWrites)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/herdguard/herdguard/internal/faultproxy"
+	"github.com/herdguard/herdguard/integration/internal/faultproxy"
 	"github.com/herdguard/herdguard/internal/leakcheck"
 )
 
