@@ -33,6 +33,20 @@ var (
 	RaceGridSeeds         = []uint64{1}
 )
 
+// The grid's cells at scale: fleets of 10,000 and 100,000 environments,
+// the Lambda-typical and the rarest call rate, a partial and a total
+// outage, one seed (8 runs, about a minute and a half of CPU each for the
+// breaker and the budget). The report (cmd/outagesim report) adds them to
+// the grid's tables. The grid tests judge the grid up to 1,000
+// environments, where the breaker and the budget keep their promises;
+// these cells show how far they hold beyond.
+var (
+	ScaleGridEnvs          = []int{10_000, 100_000}
+	ScaleGridCalls         = []float64{1, 10}
+	ScaleGridFailureRatios = []float64{0.30, 1.00}
+	ScaleGridSeeds         = []uint64{1}
+)
+
 // Cell is one point of the grid.
 type Cell struct {
 	Envs           int

@@ -9,13 +9,15 @@ import (
 )
 
 // gridCells returns the fleet-shape grid's cells over seeds: the grid of
-// internal/fleetsim (the one CI runs with HERDGUARD_GRID=full), or with
+// internal/fleetsim (the one CI runs with HERDGUARD_GRID=full) and its
+// cells at scale (fleetsim.ScaleGridEnvs: the first seed only), or with
 // quick a small corner of it.
 func gridCells(seeds []uint64, quick bool) []fleetsim.Cell {
 	if quick {
 		return fleetsim.Cells([]int{20, 200}, []float64{1}, []float64{0.30, 1.00}, seeds[:1])
 	}
-	return fleetsim.Cells(fleetsim.GridEnvs, fleetsim.GridCalls, fleetsim.GridFailureRatios, seeds)
+	cells := fleetsim.Cells(fleetsim.GridEnvs, fleetsim.GridCalls, fleetsim.GridFailureRatios, seeds)
+	return append(cells, fleetsim.Cells(fleetsim.ScaleGridEnvs, fleetsim.ScaleGridCalls, fleetsim.ScaleGridFailureRatios, seeds[:1])...)
 }
 
 // gridWeight estimates a cell's cost: the calls it makes.

@@ -70,6 +70,7 @@ var outcomeColumns = []column{
 	{Column: Column{Key: "throttled", Header: "of them throttled"}, value: func(r *sim.Result) float64 {
 		return float64(r.Before.Failed.Throttled + r.Outage.Failed.Throttled + r.After.Failed.Throttled)
 	}},
+	{Column: Column{Key: "envs", Header: "environments at the end"}, value: func(r *sim.Result) float64 { return float64(r.Envs) }},
 	{Column: Column{Key: "granted_over_bound", Header: "retries ÷ bound in outage", Digits: 2}, value: func(r *sim.Result) float64 {
 		if r.GlobalRatio == nil {
 			return math.NaN()

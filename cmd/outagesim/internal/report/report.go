@@ -443,7 +443,7 @@ var fileIntros = map[string]string{
 	"cost.md": "Request units per million calls, as DynamoDB's on-demand pricing bills the requests the stores make (the capacity model of internal/capacity), " +
 		"before the outage (healthy), during it and over the whole run, and their price at the default us-east-1 on-demand prices (outagesim's -price-read, -price-write). Ranges over the seeds.",
 	"grid.md": "The fleet-shape grid of cmd/outagesim/internal/fleetsim (what `HERDGUARD_GRID=full go test -run Grid ./cmd/outagesim/internal/fleetsim/` runs), in virtual time with the library's defaults, " +
-		"a row per cell, ranges over the seeds.",
+		"a row per cell, ranges over the seeds; the last rows, 10,000 and 100,000 environments on the first seed, are the grid at scale, which the report runs and the grid tests do not judge.",
 	"bench.md": "The healthy path of herdguard's Executor beside sony/gobreaker and failsafe-go (the bench/ module).",
 }
 

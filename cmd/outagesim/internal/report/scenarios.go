@@ -39,7 +39,11 @@ var Scenarios = []Scenario{
 	{Name: "lambda-scale-out-partial", Table: TableFleet, Args: "-fleet lambda -scale-out -outage partial"},
 	{Name: "lambda-10k-major", Table: TableScale, Args: "-fleet lambda -envs 10000 -rate 10000 -capacity 15000 -outage major -strategies global,global-breaker,global-adaptive"},
 	{Name: "lambda-10k-partial", Table: TableScale, Args: "-fleet lambda -envs 10000 -rate 10000 -capacity 15000 -outage partial -strategies global,global-breaker,global-adaptive"},
-	{Name: "lambda-100k-major", Table: TableScale, Args: "-fleet lambda -envs 100000 -rate 100000 -capacity 150000 -outage major -strategies global,global-breaker", Seeds: 1},
+	{Name: "lambda-100k-major", Table: TableScale, Args: "-fleet lambda -envs 100000 -rate 100000 -capacity 150000 -outage major -strategies global,global-breaker,global-adaptive", Seeds: 1},
+	{Name: "lambda-100k-partial", Table: TableScale, Args: "-fleet lambda -envs 100000 -rate 100000 -capacity 150000 -outage partial -strategies global-breaker", Seeds: 1},
+	// A fleet of 10,000 that Lambda scales out towards 100,000 as the
+	// partner slows down under the outage's overload.
+	{Name: "lambda-scale-out-100k-major", Table: TableScale, Args: "-fleet lambda -scale-out -envs 10000 -rate 50000 -capacity 75000 -latency 300ms -slowdown 1s -max-envs 100000 -scale-rate 10000 -outage major -strategies global,global-breaker", Seeds: 1},
 }
 
 // QuickArgs shorten a scenario under -quick: fewer environments and calls,
