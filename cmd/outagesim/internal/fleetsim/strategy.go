@@ -231,31 +231,81 @@ const DefaultName = "partner"
 type Herdguard struct {
 	// Name names the global budget and the breaker (DefaultName if empty).
 	Name string
-	// Retry is the template of every environment's retry.Config. NewEnv
-	// sets Clock, Rand (when nil), Budgets and Breaker, and chains the
-	// simulator's hooks before Retry's own.
+	// Retry is the template of every environment's retry.Config.
+	// Executor sets Clock, Rand (when nil), Budgets and Breaker; NewEnv
+	// chains the simulator's hooks before Retry's own.
 	Retry retry.Config
 	// Local, if not nil, makes the environment's in-memory budget, asked
 	// before the global one (e.g. local.NewRatio with MinRetries 1).
 	Local func() (budget.Budget, error)
 	// Global, if not nil, adds a budget.Global over the shared budget
-	// store. Rand is set per environment; a zero StoreTimeout is
-	// SimStoreTimeout.
+	// store. Rand is set per environment; NewEnv makes a zero
+	// StoreTimeout SimStoreTimeout.
 	Global *budget.GlobalConfig
 	// Breaker, if not nil, adds a breaker.Breaker over the shared breaker
-	// store. Store, Env and Rand are set per environment; a zero
-	// StoreTimeout is SimStoreTimeout.
+	// store. Store and Rand (when nil) are set per environment; NewEnv
+	// makes a zero StoreTimeout SimStoreTimeout.
 	Breaker *breaker.Settings
 }
 
-// NewEnv builds the environment's Executor.
+// NewEnv builds the environment's Executor over the fleet's shared
+// stores, with the simulator's observers chained in.
 func (h Herdguard) NewEnv(spec EnvSpec) (Env, error) {
+	if h.Global != nil && h.Global.StoreTimeout == 0 {
+		gc := *h.Global
+		gc.StoreTimeout = SimStoreTimeout
+		h.Global = &gc
+	}
+	if h.Breaker != nil && h.Breaker.StoreTimeout == 0 {
+		st := *h.Breaker
+		st.StoreTimeout = SimStoreTimeout
+		h.Breaker = &st
+	}
+	ex, err := h.Executor(StackSpec{
+		Clock:          spec.Clock,
+		Rand:           spec.Rand,
+		BudgetStore:    spec.Stores.Budget,
+		BreakerStore:   spec.Stores.Breaker,
+		WrapGlobal:     func(g *budget.Global) budget.Budget { return spec.ObserveGlobal(g) },
+		ObserveBreaker: spec.ObserveBreaker,
+		ObserveRetry:   spec.ObserveRetry,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return executorEnv{ex}, nil
+}
+
+// StackSpec is what Herdguard.Executor builds one environment's Executor
+// from: the environment's clock and random numbers, the fleet's shared
+// stores, and optional hooks of the caller's.
+type StackSpec struct {
+	Clock        retry.Clock
+	Rand         func() float64
+	BudgetStore  budget.Store
+	BreakerStore breaker.Store
+	// WrapGlobal, if not nil, wraps the environment's budget.Global (to
+	// count its traffic); ObserveBreaker and ObserveRetry, if not nil,
+	// see the breaker's Settings and the retry.Config before they are
+	// used.
+	WrapGlobal     func(*budget.Global) budget.Budget
+	ObserveBreaker func(*breaker.Settings)
+	ObserveRetry   func(*retry.Config)
+}
+
+// Executor builds one environment's retry.Executor over h's layers: the
+// one builder of every herdguard strategy, in this package's fleets and
+// in cmd/outagesim's runner. The budgets are h.Local's, then the
+// budget.Global over spec.BudgetStore, and no others (not the Executor's
+// default local ratio); the breaker is over spec.BreakerStore; every
+// layer draws from spec.Rand where h does not give a Rand of its own.
+func (h Herdguard) Executor(spec StackSpec) (*retry.Executor, error) {
 	name := h.Name
 	if name == "" {
 		name = DefaultName
 	}
 	cfg := h.Retry
-	cfg.Budgets = []budget.Budget{} // none but those below: not the Executor's default local ratio
+	cfg.Budgets = []budget.Budget{}
 	if h.Local != nil {
 		l, err := h.Local()
 		if err != nil {
@@ -266,22 +316,25 @@ func (h Herdguard) NewEnv(spec EnvSpec) (Env, error) {
 	if h.Global != nil {
 		gc := *h.Global
 		gc.Rand = spec.Rand
-		if gc.StoreTimeout == 0 {
-			gc.StoreTimeout = SimStoreTimeout
-		}
-		g, err := budget.NewGlobal(spec.Stores.Budget, name, gc)
+		g, err := budget.NewGlobal(spec.BudgetStore, name, gc)
 		if err != nil {
 			return nil, fmt.Errorf("fleetsim: %w", err)
 		}
-		cfg.Budgets = append(cfg.Budgets, spec.ObserveGlobal(g))
+		var b budget.Budget = g
+		if spec.WrapGlobal != nil {
+			b = spec.WrapGlobal(g)
+		}
+		cfg.Budgets = append(cfg.Budgets, b)
 	}
 	if h.Breaker != nil {
 		st := *h.Breaker
-		st.Store = spec.Stores.Breaker
-		if st.StoreTimeout == 0 {
-			st.StoreTimeout = SimStoreTimeout
+		st.Store = spec.BreakerStore
+		if st.Rand == nil {
+			st.Rand = spec.Rand
 		}
-		spec.ObserveBreaker(&st)
+		if spec.ObserveBreaker != nil {
+			spec.ObserveBreaker(&st)
+		}
 		br, err := breaker.New(name, st)
 		if err != nil {
 			return nil, fmt.Errorf("fleetsim: %w", err)
@@ -292,12 +345,14 @@ func (h Herdguard) NewEnv(spec EnvSpec) (Env, error) {
 	if cfg.Rand == nil {
 		cfg.Rand = spec.Rand
 	}
-	spec.ObserveRetry(&cfg)
+	if spec.ObserveRetry != nil {
+		spec.ObserveRetry(&cfg)
+	}
 	ex, err := retry.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("fleetsim: %w", err)
 	}
-	return executorEnv{ex}, nil
+	return ex, nil
 }
 
 type executorEnv struct{ ex *retry.Executor }

@@ -16,9 +16,10 @@
 //   - Strategy: the retry logic of one execution environment (a Caller). The
 //     herdguard strategies are one retry.Executor per environment with no
 //     budget, a local.TokenBucket, a local.Ratio, a budget.Global over a
-//     shared store, or a budget.Global plus a shared breaker.Breaker. The
-//     AWS SDK strategy drives aws/retry's standard retryer through its own
-//     API.
+//     shared store, or a budget.Global plus a shared breaker.Breaker,
+//     each built by fleetsim.Herdguard.Executor, the builder of the
+//     fleet-shape grid's environments too. The AWS SDK strategy drives
+//     aws/retry's standard retryer through its own API.
 //   - Runner: runs one strategy against a fresh partner and a fresh fleet:
 //     Rate new calls per simulated second for Duration, each sent by an
 //     environment chosen at random (seeded), or, one call at a time per

@@ -11,6 +11,7 @@ import (
 
 	"github.com/herdguard/herdguard/breaker"
 	"github.com/herdguard/herdguard/budget"
+	"github.com/herdguard/herdguard/cmd/outagesim/internal/fleetsim"
 	"github.com/herdguard/herdguard/local"
 	"github.com/herdguard/herdguard/retry"
 )
@@ -34,34 +35,35 @@ import (
 // production: the local layer is then what limits retries while the store
 // fails (the global layer abstains unless -fail-closed).
 
-// herdguardStrategy builds an Executor per environment from layers.
+// herdguardStrategy builds an Executor per environment with
+// fleetsim.Herdguard.Executor, the builder the virtual-time fleets use:
+// stack gives the environment's layers and the stores and hooks they use.
 type herdguardStrategy struct {
-	cfg    Config
-	layers func(spec EnvSpec) ([]budget.Budget, *breaker.Breaker, error)
-	usage  func() StoreUsage  // nil without shared stores
-	ratio  *RatioUse          // the global budget's requests and grants; nil without one
-	meter  func() CapacityUse // nil when the stores are not metered
+	cfg   Config
+	stack func(spec EnvSpec) (fleetsim.Herdguard, fleetsim.StackSpec)
+	usage func() StoreUsage  // nil without shared stores
+	ratio *RatioUse          // the global budget's requests and grants; nil without one
+	meter func() CapacityUse // nil when the stores are not metered
 
 	mu    sync.Mutex                        // guards flush
 	flush []func(ctx context.Context) error // every environment's Executor.Flush
 }
 
 func (s *herdguardStrategy) NewEnv(spec EnvSpec) (Caller, error) {
-	budgets, br, err := s.layers(spec)
-	if err != nil {
-		return nil, err
+	h, st := fleetsim.Herdguard{}, fleetsim.StackSpec{}
+	if s.stack != nil {
+		h, st = s.stack(spec)
 	}
-	ex, err := retry.New(retry.Config{
+	h.Retry = retry.Config{
 		MaxAttempts:    s.cfg.Attempts,
 		TransientBase:  s.cfg.TransientBase,
 		ThrottlingBase: s.cfg.ThrottlingBase,
 		MaxDelay:       s.cfg.MaxDelay,
 		Idempotent:     true,
-		Budgets:        budgets,
-		Breaker:        br,
-		Clock:          spec.Clock,
 		Rand:           spec.Rand,
-	})
+	}
+	st.Clock, st.Rand = spec.Clock, spec.Rand
+	ex, err := h.Executor(st)
 	if err != nil {
 		return nil, err
 	}
@@ -156,10 +158,7 @@ func classifyHerdguard(ctx context.Context, err error, breakerOpen func()) (Outc
 }
 
 func newNoBudget(_ context.Context, d Deps) (Strategy, error) {
-	return &herdguardStrategy{cfg: d.Config,
-		layers: func(EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
-			return []budget.Budget{}, nil, nil // no budget at all, not the Executor's default
-		}}, nil
+	return &herdguardStrategy{cfg: d.Config}, nil // no budget at all, not the Executor's default
 }
 
 func newLocalBucket(_ context.Context, d Deps) (Strategy, error) {
@@ -172,14 +171,8 @@ func newLocalBucket(_ context.Context, d Deps) (Strategy, error) {
 	if _, err := local.NewTokenBucket(cfg); err != nil {
 		return nil, err
 	}
-	return &herdguardStrategy{cfg: c,
-		layers: func(EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
-			tb, err := local.NewTokenBucket(cfg)
-			if err != nil {
-				return nil, nil, err
-			}
-			return []budget.Budget{tb}, nil, nil
-		}}, nil
+	h := fleetsim.Herdguard{Local: func() (budget.Budget, error) { return local.NewTokenBucket(cfg) }}
+	return &herdguardStrategy{cfg: c, stack: func(EnvSpec) (fleetsim.Herdguard, fleetsim.StackSpec) { return h, fleetsim.StackSpec{} }}, nil
 }
 
 func newLocalRatio(_ context.Context, d Deps) (Strategy, error) {
@@ -188,14 +181,8 @@ func newLocalRatio(_ context.Context, d Deps) (Strategy, error) {
 	if _, err := local.NewRatio(cfg); err != nil {
 		return nil, err
 	}
-	return &herdguardStrategy{cfg: c,
-		layers: func(EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
-			r, err := local.NewRatio(cfg)
-			if err != nil {
-				return nil, nil, err
-			}
-			return []budget.Budget{r}, nil, nil
-		}}, nil
+	h := fleetsim.Herdguard{Local: func() (budget.Budget, error) { return local.NewRatio(cfg) }}
+	return &herdguardStrategy{cfg: c, stack: func(EnvSpec) (fleetsim.Herdguard, fleetsim.StackSpec) { return h, fleetsim.StackSpec{} }}, nil
 }
 
 func newGlobal(ctx context.Context, d Deps) (Strategy, error) {
@@ -245,31 +232,23 @@ func newGlobalStrategy(ctx context.Context, d Deps, kind breakerKind) (Strategy,
 	bset := breakerSettings(c)
 	use := newRatioUse(g0.Config())
 	return &herdguardStrategy{cfg: c, usage: stores.Usage, ratio: use, meter: stores.Capacity,
-		layers: func(spec EnvSpec) ([]budget.Budget, *breaker.Breaker, error) {
-			cfg := gcfg
-			cfg.Rand = spec.Rand
-			g, err := budget.NewGlobal(stores.Budget, d.Name, cfg)
-			if err != nil {
-				return nil, nil, err
-			}
-			budgets := []budget.Budget{countedGlobal{g, use}}
+		stack: func(spec EnvSpec) (fleetsim.Herdguard, fleetsim.StackSpec) {
+			h := fleetsim.Herdguard{Name: d.Name, Global: &gcfg}
+			st := fleetsim.StackSpec{BudgetStore: stores.Budget, BreakerStore: stores.Breaker,
+				WrapGlobal: func(g *budget.Global) budget.Budget { return countedGlobal{g, use} }}
 			if c.LocalUnder {
-				l, err := local.NewRatio(lcfg)
-				if err != nil {
-					return nil, nil, err
-				}
-				budgets = []budget.Budget{l, g}
+				// The local ratio first, and the global one as it is.
+				h.Local = func() (budget.Budget, error) { return local.NewRatio(lcfg) }
+				st.WrapGlobal = nil
 			}
 			if kind == noBreaker {
-				return budgets, nil, nil
+				return h, st
+			}
+			if stores.BreakerFor != nil {
+				st.BreakerStore = stores.BreakerFor()
 			}
 			s := bset
-			s.Store = stores.Breaker
-			if stores.BreakerFor != nil {
-				s.Store = stores.BreakerFor()
-			}
 			s.StoreTimeout = c.StoreTimeout
-			s.Rand = spec.Rand
 			if kind == adaptive {
 				s.Adaptive = true
 				// A random stream of its own (one breaker's draws are
@@ -285,11 +264,8 @@ func newGlobalStrategy(ctx context.Context, d Deps, kind breakerKind) (Strategy,
 					open()
 				}
 			}
-			br, err := breaker.New(d.Name, s)
-			if err != nil {
-				return nil, nil, err
-			}
-			return budgets, br, nil
+			h.Breaker = &s
+			return h, st
 		}}, nil
 }
 
